@@ -1,0 +1,112 @@
+package session
+
+import (
+	"context"
+	"time"
+)
+
+// Store persists gates and sessions. It applies the rules of rules.go inside
+// its own transactions and does only the I/O; it may batch concurrent
+// operations into one transaction. Every method returns an error wrapping
+// ErrUnavailable once the Store is closed, ErrInvalidArgument for malformed
+// input, and an ErrInternal-coded error for storage failures.
+//
+// After every commit that changed something, and before any caller of that
+// commit is answered, the Store calls the listener given to SetCommitListener
+// with what the commit did, in commit order, one call at a time. That is what
+// lets the service answer hot reads from memory.
+type Store interface {
+	// SetCommitListener installs fn, called after each commit (see above).
+	// It must be called before any write; fn must not block nor call back
+	// into the Store.
+	SetCommitListener(fn func(Commit))
+
+	// Load ensures a row exists for each named gate and returns, for each, its
+	// state and its active sessions.
+	Load(ctx context.Context, gates []string) (map[string]GateSnapshot, error)
+
+	// Join runs DecideJoin for id in gate cfg.Name at now and returns the
+	// session as stored afterwards.
+	Join(ctx context.Context, cfg GateConfig, id string, now time.Time) (Session, error)
+
+	// Leave runs DecideLeave. It returns ErrNotFound when the session does not
+	// exist (the caller decides whether that is an error).
+	Leave(ctx context.Context, cfg GateConfig, id string, now time.Time) (Session, error)
+
+	// Release runs DecideRelease and the promotions it decides, in one
+	// transaction. It returns the released row, or ErrNotFound.
+	Release(ctx context.Context, cfg GateConfig, id string, now time.Time) (Session, error)
+
+	// Get returns the stored session, or ErrNotFound.
+	Get(ctx context.Context, gate, id string) (Session, error)
+
+	// Touch persists LastActive for the given active sessions of a gate.
+	// Sessions that no longer exist or are not active are skipped.
+	Touch(ctx context.Context, gate string, touches []Touch) error
+
+	// Update is the cron tick for one gate at now: delete stale waiting
+	// sessions, delete stale active sessions, then promote waiters in position
+	// order up to PromotionCount, each step in transactions of at most chunk
+	// rows so that the writer is never held for long.
+	Update(ctx context.Context, cfg GateConfig, now time.Time, chunk int) (UpdateReport, error)
+
+	// Close flushes and closes the Store. Calls after it return ErrUnavailable.
+	Close() error
+}
+
+// GateSnapshot is a gate's persisted state as loaded at start.
+type GateSnapshot struct {
+	State  GateState
+	Active []Session
+}
+
+// Touch is one coalesced LastActive refresh.
+type Touch struct {
+	ID         string
+	LastActive time.Time
+}
+
+// UpdateReport says what one update of one gate did.
+type UpdateReport struct {
+	Gate          string
+	PurgedWaiting int64
+	PurgedActive  int64
+	Promoted      int64
+	Transactions  int
+	Duration      time.Duration
+}
+
+// EventKind names what happened to an active session in a commit.
+type EventKind uint8
+
+// The events a Commit reports. Only changes to the active set are reported;
+// waiting sessions are not kept in memory.
+const (
+	EventActivated   EventKind = iota + 1 // a new session joined as active
+	EventPromoted                         // a waiting session became active
+	EventRefreshed                        // an active session's LastActive was written (join or leave of an active session)
+	EventDeactivated                      // an active session was released or purged
+)
+
+// Event is one change to a gate's active set.
+type Event struct {
+	Kind    EventKind
+	Session Session
+}
+
+// Commit is what one committed transaction did: the events in the order they
+// happened, and the state after the commit of every gate it touched.
+type Commit struct {
+	Events []Event
+	Gates  map[string]GateState
+}
+
+// Publisher receives what clients must be told. Implementations must not
+// block: they are called after each commit, on the Store's commit path.
+type Publisher interface {
+	// PublishGlobal announces a gate's new global view.
+	PublishGlobal(v GlobalView)
+	// PublishSession tells one session's clients of a change to it (its
+	// promotion).
+	PublishSession(v SessionView)
+}

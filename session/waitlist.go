@@ -1,0 +1,487 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options tune a Waitlist. The zero value of each field picks its default.
+type Options struct {
+	// Clock tells the time for every rule. Default: SystemClock.
+	Clock Clock
+	// Publisher is told of every change clients must see. Default: none.
+	Publisher Publisher
+	// Logger receives update reports and warnings. Default: slog.Default().
+	Logger *slog.Logger
+	// TouchInterval is how often refreshed LastActive values are persisted;
+	// in memory they are always exact. Default 5s; negative disables the
+	// background flusher (Update and Close still flush).
+	TouchInterval time.Duration
+	// UpdateChunk is the most rows one update transaction touches. Default 1000.
+	UpdateChunk int
+}
+
+const (
+	defaultTouchInterval = 5 * time.Second
+	defaultUpdateChunk   = 1000
+)
+
+// Waitlist is the service: the operations of the model over a Store, with
+// the hot reads (validate, the global view) answered from memory that is
+// updated only after each commit. All methods are safe for concurrent use.
+type Waitlist struct {
+	store  Store
+	clock  Clock
+	pub    Publisher
+	log    *slog.Logger
+	chunk  int
+	gates  map[string]*gateMemory
+	names  []string
+	closed atomic.Bool
+
+	updateMu    sync.Mutex
+	stopFlusher chan struct{}
+	flusherDone chan struct{}
+	closeOnce   sync.Once
+}
+
+// gateMemory is what the service keeps in memory of one gate.
+type gateMemory struct {
+	cfg      GateConfig
+	mu       sync.RWMutex
+	active   map[string]*activeEntry
+	view     atomic.Pointer[GlobalView]
+	admitted rateWindow
+}
+
+type activeEntry struct {
+	position   int64
+	lastActive atomic.Int64 // unix nanoseconds, exact
+	persisted  atomic.Int64 // unix nanoseconds, as the store has it
+}
+
+// New loads the state of the given gates from store and returns the service
+// over it. It returns an ErrInvalidArgument error when no gate is given, a
+// name repeats or a GateConfig is out of range, and the Store's error when
+// loading fails. The caller keeps ownership of store: Close the Waitlist
+// first, then the Store.
+func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*Waitlist, error) {
+	if len(gates) == 0 {
+		return nil, Errorf(CodeInvalidArgument, "no gate configured")
+	}
+	w := &Waitlist{
+		store: store,
+		clock: opts.Clock,
+		pub:   opts.Publisher,
+		log:   opts.Logger,
+		chunk: opts.UpdateChunk,
+		gates: make(map[string]*gateMemory, len(gates)),
+	}
+	if w.clock == nil {
+		w.clock = SystemClock{}
+	}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
+	if w.chunk <= 0 {
+		w.chunk = defaultUpdateChunk
+	}
+	for _, cfg := range gates {
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := w.gates[cfg.Name]; dup {
+			return nil, Errorf(CodeInvalidArgument, "gate %q configured twice", cfg.Name)
+		}
+		w.gates[cfg.Name] = &gateMemory{cfg: cfg, active: make(map[string]*activeEntry)}
+		w.names = append(w.names, cfg.Name)
+	}
+	sort.Strings(w.names)
+
+	store.SetCommitListener(w.onCommit)
+	snaps, err := store.Load(ctx, w.names)
+	if err != nil {
+		return nil, err
+	}
+	for name, g := range w.gates {
+		snap := snaps[name]
+		g.mu.Lock()
+		for _, s := range snap.Active {
+			e := &activeEntry{position: s.Position}
+			e.lastActive.Store(s.LastActive.UnixNano())
+			e.persisted.Store(s.LastActive.UnixNano())
+			g.active[s.ID] = e
+		}
+		g.mu.Unlock()
+		v := g.globalView(snap.State, w.clock.Now())
+		g.view.Store(&v)
+	}
+
+	interval := opts.TouchInterval
+	if interval == 0 {
+		interval = defaultTouchInterval
+	}
+	w.stopFlusher = make(chan struct{})
+	w.flusherDone = make(chan struct{})
+	if interval > 0 {
+		go w.runFlusher(interval)
+	} else {
+		close(w.flusherDone)
+	}
+	return w, nil
+}
+
+// Gates returns the configured gate names, sorted.
+func (w *Waitlist) Gates() []string { return append([]string(nil), w.names...) }
+
+// GateConfig returns the configuration of a gate, or ErrUnknownGate.
+func (w *Waitlist) GateConfig(gate string) (GateConfig, error) {
+	g, err := w.gate(gate)
+	if err != nil {
+		return GateConfig{}, err
+	}
+	return g.cfg, nil
+}
+
+// Join puts the session in line, or lets it in, per DecideJoin, and returns
+// its view. Errors: ErrUnknownGate, ErrInvalidArgument (malformed id),
+// ErrUnavailable after Close, or the Store's.
+func (w *Waitlist) Join(ctx context.Context, gate, id string) (SessionView, error) {
+	g, err := w.writable(gate, id)
+	if err != nil {
+		return SessionView{}, err
+	}
+	s, err := w.store.Join(ctx, g.cfg, id, w.clock.Now())
+	if err != nil {
+		return SessionView{}, err
+	}
+	return g.sessionView(s), nil
+}
+
+// Leave marks a waiting session's departure (it is purged after the waiting
+// timeout unless it joins again) and refreshes an active one. Leaving a
+// session that does not exist is not an error. Errors: ErrUnknownGate,
+// ErrInvalidArgument, ErrUnavailable, or the Store's.
+func (w *Waitlist) Leave(ctx context.Context, gate, id string) error {
+	g, err := w.writable(gate, id)
+	if err != nil {
+		return err
+	}
+	if _, err := w.store.Leave(ctx, g.cfg, id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// Release ends a session now; when it was active, the freed slot goes to the
+// first waiter in the same transaction. Releasing a session that does not
+// exist is not an error. Errors: ErrUnknownGate, ErrInvalidArgument,
+// ErrUnavailable, or the Store's.
+func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
+	g, err := w.writable(gate, id)
+	if err != nil {
+		return err
+	}
+	if _, err := w.store.Release(ctx, g.cfg, id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// ValidateSessionIsActive returns nil when the session exists and is active,
+// ErrNotActive when it is waiting or unknown, and ErrUnknownGate. It is read
+// from memory only and does not allocate.
+func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
+	g := w.gates[gate]
+	if g == nil {
+		return ErrUnknownGate
+	}
+	g.mu.RLock()
+	_, ok := g.active[id]
+	g.mu.RUnlock()
+	if !ok {
+		return ErrNotActive
+	}
+	return nil
+}
+
+// ValidateSessionAndRefreshLastActive is ValidateSessionIsActive that also
+// sets the session's LastActive to now: exactly in memory at once, persisted
+// at most every TouchInterval (and before every update).
+func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
+	g := w.gates[gate]
+	if g == nil {
+		return ErrUnknownGate
+	}
+	g.mu.RLock()
+	e, ok := g.active[id]
+	g.mu.RUnlock()
+	if !ok {
+		return ErrNotActive
+	}
+	now := w.clock.Now().UnixNano()
+	for {
+		old := e.lastActive.Load()
+		if old >= now || e.lastActive.CompareAndSwap(old, now) {
+			return nil
+		}
+	}
+}
+
+// Status returns the session's view: active sessions from memory, others from
+// the Store. Errors: ErrUnknownGate, ErrInvalidArgument, ErrNotFound, or the
+// Store's.
+func (w *Waitlist) Status(ctx context.Context, gate, id string) (SessionView, error) {
+	g, err := w.gate(gate)
+	if err != nil {
+		return SessionView{}, err
+	}
+	if err := checkID(id); err != nil {
+		return SessionView{}, err
+	}
+	g.mu.RLock()
+	e, ok := g.active[id]
+	g.mu.RUnlock()
+	if ok {
+		return SessionView{GlobalView: *g.view.Load(), Session: id, Status: StatusActive, Position: e.position}, nil
+	}
+	if w.closed.Load() {
+		return SessionView{}, ErrUnavailable
+	}
+	s, err := w.store.Get(ctx, gate, id)
+	if err != nil {
+		return SessionView{}, err
+	}
+	return g.sessionView(s), nil
+}
+
+// Global returns the gate's global view from memory, or ErrUnknownGate.
+func (w *Waitlist) Global(gate string) (GlobalView, error) {
+	g, err := w.gate(gate)
+	if err != nil {
+		return GlobalView{}, err
+	}
+	return *g.view.Load(), nil
+}
+
+// Update runs the cron tick on every gate: it persists pending refreshes,
+// then purges stale sessions and promotes waiters (Store.Update). It returns
+// one report per gate; on error, the reports of the gates done so far and the
+// error. Only one Update runs at a time.
+func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
+	if w.closed.Load() {
+		return nil, ErrUnavailable
+	}
+	w.updateMu.Lock()
+	defer w.updateMu.Unlock()
+	if err := w.FlushTouches(ctx); err != nil {
+		return nil, err
+	}
+	reports := make([]UpdateReport, 0, len(w.names))
+	for _, name := range w.names {
+		g := w.gates[name]
+		start := time.Now()
+		r, err := w.store.Update(ctx, g.cfg, w.clock.Now(), w.chunk)
+		r.Gate = name
+		r.Duration = time.Since(start)
+		if err != nil {
+			return reports, err
+		}
+		reports = append(reports, r)
+	}
+	return reports, nil
+}
+
+// FlushTouches persists every LastActive refreshed in memory since it was
+// last persisted. It returns the Store's error, or ErrUnavailable.
+func (w *Waitlist) FlushTouches(ctx context.Context) error {
+	for _, name := range w.names {
+		g := w.gates[name]
+		var touches []Touch
+		var entries []*activeEntry
+		g.mu.RLock()
+		for id, e := range g.active {
+			if la := e.lastActive.Load(); la != e.persisted.Load() {
+				touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, la)})
+				entries = append(entries, e)
+			}
+		}
+		g.mu.RUnlock()
+		if len(touches) == 0 {
+			continue
+		}
+		if err := w.store.Touch(ctx, name, touches); err != nil {
+			return err
+		}
+		for i, e := range entries {
+			e.persisted.Store(touches[i].LastActive.UnixNano())
+		}
+	}
+	return nil
+}
+
+// Close stops the background flusher and persists pending refreshes. Later
+// writes return ErrUnavailable; memory reads keep answering. It does not
+// close the Store. It returns the error of the last flush.
+func (w *Waitlist) Close() error {
+	var err error
+	w.closeOnce.Do(func() {
+		close(w.stopFlusher)
+		<-w.flusherDone
+		w.updateMu.Lock()
+		err = w.FlushTouches(context.Background())
+		w.closed.Store(true)
+		w.updateMu.Unlock()
+	})
+	return err
+}
+
+func (w *Waitlist) runFlusher(interval time.Duration) {
+	defer close(w.flusherDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stopFlusher:
+			return
+		case <-t.C:
+			if err := w.FlushTouches(context.Background()); err != nil {
+				w.log.Warn("anteroom: persisting last-active refreshes failed", "err", err)
+			}
+		}
+	}
+}
+
+func (w *Waitlist) gate(name string) (*gateMemory, error) {
+	g := w.gates[name]
+	if g == nil {
+		return nil, Errorf(CodeUnknownGate, "unknown gate %q", name)
+	}
+	return g, nil
+}
+
+func (w *Waitlist) writable(gate, id string) (*gateMemory, error) {
+	g, err := w.gate(gate)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if w.closed.Load() {
+		return nil, ErrUnavailable
+	}
+	return g, nil
+}
+
+// onCommit is the Store's commit listener: it applies the commit to memory,
+// then tells the publisher.
+func (w *Waitlist) onCommit(c Commit) {
+	var promoted []Session
+	for _, ev := range c.Events {
+		g := w.gates[ev.Session.Gate]
+		if g == nil {
+			continue // a gate no longer configured
+		}
+		s := ev.Session
+		switch ev.Kind {
+		case EventActivated, EventPromoted, EventRefreshed:
+			la := s.LastActive.UnixNano()
+			g.mu.Lock()
+			e := g.active[s.ID]
+			if e == nil {
+				e = &activeEntry{position: s.Position}
+				g.active[s.ID] = e
+				e.lastActive.Store(la)
+			} else if la > e.lastActive.Load() {
+				e.lastActive.Store(la)
+			}
+			e.persisted.Store(la)
+			g.mu.Unlock()
+			if ev.Kind == EventPromoted {
+				g.admitted.add(s.LastActive, 1)
+				promoted = append(promoted, s)
+			}
+		case EventDeactivated:
+			g.mu.Lock()
+			delete(g.active, s.ID)
+			g.mu.Unlock()
+		}
+	}
+	now := w.clock.Now()
+	for name, st := range c.Gates {
+		g := w.gates[name]
+		if g == nil {
+			continue
+		}
+		v := g.globalView(st, now)
+		g.view.Store(&v)
+		if w.pub != nil {
+			w.pub.PublishGlobal(v)
+		}
+	}
+	if w.pub != nil {
+		for _, s := range promoted {
+			if g := w.gates[s.Gate]; g != nil {
+				w.pub.PublishSession(g.sessionView(s))
+			}
+		}
+	}
+}
+
+func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
+	return GlobalView{
+		Gate:                 g.cfg.Name,
+		FirstWaitingPosition: st.FirstWaitingPosition,
+		LastWaitingPosition:  st.LastWaitingPosition,
+		Waiting:              st.Waiting,
+		Active:               st.Active,
+		Limit:                g.cfg.ActiveLimit,
+		AdmittedPerMinute:    g.admitted.perMinute(now),
+	}
+}
+
+func (g *gateMemory) sessionView(s Session) SessionView {
+	return SessionView{GlobalView: *g.view.Load(), Session: s.ID, Status: s.Status, Position: s.Position}
+}
+
+// rateWindow counts events in ten-second buckets over the last five minutes.
+type rateWindow struct {
+	mu      sync.Mutex
+	buckets [rateBuckets]struct{ slot, n int64 }
+}
+
+const (
+	rateBuckets    = 30
+	rateBucketSpan = 10 * time.Second
+)
+
+func (r *rateWindow) add(t time.Time, n int64) {
+	slot := t.UnixNano() / int64(rateBucketSpan)
+	r.mu.Lock()
+	b := &r.buckets[slot%rateBuckets]
+	if b.slot != slot {
+		b.slot, b.n = slot, 0
+	}
+	b.n += n
+	r.mu.Unlock()
+}
+
+func (r *rateWindow) perMinute(now time.Time) float64 {
+	slot := now.UnixNano() / int64(rateBucketSpan)
+	var sum int64
+	r.mu.Lock()
+	for _, b := range r.buckets {
+		if b.slot > slot-rateBuckets && b.slot <= slot {
+			sum += b.n
+		}
+	}
+	r.mu.Unlock()
+	window := rateBuckets * rateBucketSpan
+	return float64(sum) / window.Minutes()
+}
