@@ -1,0 +1,197 @@
+// Command anteroom is the session-gating sidecar: it keeps the number of
+// active sessions of a web app under a limit and lines everyone else up.
+//
+// Usage:
+//
+//	anteroom [-config anteroom.yaml]
+//	anteroom -version
+//
+// With no config it serves a demo on 127.0.0.1:8080 with anteroom.db in the
+// working directory. See config.example.yaml and the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/anteroomhq/anteroom/broadcast"
+	"github.com/anteroomhq/anteroom/cronjobs"
+	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sqlite"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr, nil); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "anteroom:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// run is the whole program: it returns when ctx is done (after a graceful
+// shutdown) or when starting fails. ready, when not nil, is called with the
+// address the server listens on once it accepts connections.
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, ready func(addr string)) error {
+	fs := flag.NewFlagSet("anteroom", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "path of the YAML config file (default: none, built-in defaults)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (use -config FILE)", fs.Args())
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "anteroom", buildVersion())
+		return nil
+	}
+	cfg, err := LoadConfig(*configPath, environ)
+	if err != nil {
+		return err
+	}
+	level, _ := parseLogLevel(cfg.LogLevel)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.Upstream != "" {
+		return errors.New("config: upstream: reverse-proxy mode is not available in this version; leave upstream empty and use the snippet, the middleware or forward-auth ({base_path}/check)")
+	}
+	schedule, err := cronjobs.ParseSchedule(cfg.UpdateInterval)
+	if err != nil {
+		return fmt.Errorf("config: update_interval: %w", err)
+	}
+
+	store, err := sqlite.Open(cfg.Database, sqlite.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Error("anteroom: closing the database", "err", err)
+		}
+	}()
+
+	secret := []byte(cfg.Secret)
+	if len(secret) == 0 {
+		if secret, err = store.Secret(ctx, token.NewSecret); err != nil {
+			return err
+		}
+	}
+	signer, err := token.NewSigner(secret)
+	if err != nil {
+		return fmt.Errorf("config: secret: %w", err)
+	}
+
+	hub := broadcast.New(broadcast.Options{
+		Interval:       time.Duration(cfg.BroadcastInterval),
+		OriginPatterns: cfg.AllowedOrigins,
+		Logger:         log,
+	})
+	defer hub.Close()
+
+	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{Publisher: hub, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := waitlist.Close(); err != nil {
+			log.Error("anteroom: persisting last refreshes", "err", err)
+		}
+	}()
+	// One update at start fills slots freed while the sidecar was down or by
+	// a raised limit, without waiting for the first tick.
+	if err := cronjobs.RunUpdate(ctx, waitlist, log); err != nil {
+		return err
+	}
+	scheduler := cronjobs.Start(waitlist, schedule, cronjobs.Options{Logger: log})
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = scheduler.Stop(stopCtx)
+	}()
+
+	handler, err := gate.New(gate.Options{
+		BasePath: cfg.BasePath,
+		Waitlist: waitlist,
+		Signer:   signer,
+		Hub:      hub,
+		Demo:     cfg.Upstream == "",
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	addr := ln.Addr().String()
+	log.Info("anteroom: listening", "url", "http://"+addr+"/", "base_path", cfg.BasePath,
+		"database", cfg.Database, "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
+	if ready != nil {
+		ready(addr)
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("anteroom: shutting down")
+	// Websockets are hijacked connections that Shutdown does not track: the
+	// hub closes them (StatusGoingAway) so that clients reconnect elsewhere.
+	_ = hub.Close()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("anteroom: graceful shutdown incomplete", "err", err)
+	}
+	return nil
+}
+
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "dev"
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// syncBuffer collects a server's log safely while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type running struct {
+	addr string
+	log  *syncBuffer
+	stop func() error
+}
+
+// start runs the program on loopback with the given environment and waits
+// until it listens.
+func start(t *testing.T, environ []string) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrCh := make(chan string, 1)
+	done := make(chan error, 1)
+	log := &syncBuffer{}
+	env := append([]string{"ANTEROOM_LISTEN=127.0.0.1:0"}, environ...)
+	go func() {
+		done <- run(ctx, nil, env, io.Discard, log, func(addr string) { addrCh <- addr })
+	}()
+	select {
+	case addr := <-addrCh:
+		r := &running{addr: addr, log: log}
+		var once sync.Once
+		var stopErr error
+		r.stop = func() error {
+			once.Do(func() { cancel(); stopErr = <-done })
+			return stopErr
+		}
+		t.Cleanup(func() { _ = r.stop() })
+		return r
+	case err := <-done:
+		cancel()
+		t.Fatalf("anteroom did not start: %v\n%s", err, log.String())
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatalf("anteroom did not start within 30s\n%s", log.String())
+	}
+	return nil
+}
+
+func getJSON(t *testing.T, url string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var body map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	return resp.StatusCode, body
+}
+
+func TestRunServesHealthAndShutsDownCleanly(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "anteroom.db")
+	r := start(t, []string{"ANTEROOM_DATABASE=" + db})
+
+	status, body := getJSON(t, "http://"+r.addr+"/healthz")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "ok", body["status"])
+	status, body = getJSON(t, "http://"+r.addr+"/readyz")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "ready", body["status"])
+	status, body = getJSON(t, "http://"+r.addr+"/anteroom/api/global")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "default", body["gate"])
+	assert.EqualValues(t, 100, body["limit"])
+
+	// A second sidecar on the same database refuses to start, saying why.
+	err := run(context.Background(), nil, []string{"ANTEROOM_LISTEN=127.0.0.1:0", "ANTEROOM_DATABASE=" + db}, io.Discard, io.Discard, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "in use by another process")
+
+	require.NoError(t, r.stop())
+	assert.Contains(t, r.log.String(), "anteroom: shutting down")
+
+	// The lock went with the process: the same file opens again.
+	r2 := start(t, []string{"ANTEROOM_DATABASE=" + db})
+	status, _ = getJSON(t, "http://"+r2.addr+"/healthz")
+	assert.Equal(t, http.StatusOK, status)
+}
+
+func TestRunKeepsSessionsAcrossRestarts(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "anteroom.db")
+	env := []string{"ANTEROOM_DATABASE=" + db, "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=1"}
+	r := start(t, env)
+	join := func(addr, cookie string) (map[string]any, string) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/anteroom/api/join", nil)
+		require.NoError(t, err)
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var v map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+		c := resp.Cookies()
+		require.Len(t, c, 1)
+		return v, c[0].Name + "=" + c[0].Value
+	}
+	first, firstCookie := join(r.addr, "")
+	second, secondCookie := join(r.addr, "")
+	assert.Equal(t, "active", first["status"])
+	assert.Equal(t, "waiting", second["status"])
+	require.NoError(t, r.stop())
+
+	// The generated secret and the sessions survive the restart: both cookies
+	// still name their sessions, with the same positions.
+	r2 := start(t, env)
+	again, _ := join(r2.addr, firstCookie)
+	assert.Equal(t, first["position"], again["position"])
+	assert.Equal(t, "active", again["status"])
+	again, _ = join(r2.addr, secondCookie)
+	assert.Equal(t, second["position"], again["position"])
+	assert.Equal(t, "waiting", again["status"])
+}
+
+func TestVersionFlag(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-version"}, nil, &out, io.Discard, nil))
+	assert.Regexp(t, `^anteroom \S+\n$`, out.String())
+}
+
+func TestBadFlagsAndConfigFailToStart(t *testing.T) {
+	err := run(context.Background(), []string{"-config", filepath.Join(t.TempDir(), "missing.yaml")}, nil, io.Discard, io.Discard, nil)
+	assert.ErrorContains(t, err, "no such file")
+	err = run(context.Background(), []string{"stray"}, nil, io.Discard, io.Discard, nil)
+	assert.ErrorContains(t, err, "unexpected arguments")
+	err = run(context.Background(), nil, []string{"ANTEROOM_UPSTREAM=http://127.0.0.1:1"}, io.Discard, io.Discard, nil)
+	assert.ErrorContains(t, err, "reverse-proxy mode is not available")
+}

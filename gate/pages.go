@@ -1,0 +1,69 @@
+package gate
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/static"
+)
+
+func (s *Server) snippet(c echo.Context) error {
+	h := c.Response().Header()
+	etag := static.SnippetETag()
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "public, max-age=300")
+	if c.Request().Header.Get("If-None-Match") == etag {
+		return c.NoContent(http.StatusNotModified)
+	}
+	return c.Blob(http.StatusOK, "text/javascript; charset=utf-8", static.Snippet())
+}
+
+// waitingPage serves the waiting page for ?gate= (or the default gate).
+func (s *Server) waitingPage(c echo.Context) error {
+	gate := s.gateOf(c.Request(), "")
+	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := static.RenderWaitingPage(&buf, static.WaitingPageData{BasePath: s.opts.BasePath, Gate: gate}); err != nil {
+		return err
+	}
+	return htmlPage(c, buf.Bytes())
+}
+
+func (s *Server) demoPage(c echo.Context) error {
+	var buf bytes.Buffer
+	if err := static.RenderDemoPage(&buf, static.DemoPageData{BasePath: s.opts.BasePath, Gate: s.opts.DefaultGate}); err != nil {
+		return err
+	}
+	return htmlPage(c, buf.Bytes())
+}
+
+func htmlPage(c echo.Context, page []byte) error {
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.HTMLBlob(http.StatusOK, page)
+}
+
+// demoSecret is the demo app's protected route: what a host app does with
+// validateSessionIsActive.
+func (s *Server) demoSecret(c echo.Context) error {
+	gate := s.opts.DefaultGate
+	id, ok := s.sessionID(c.Request())
+	if !ok {
+		return apiError(codeNoSession, "no valid session: load the demo page first")
+	}
+	if err := s.opts.Waitlist.ValidateSessionIsActive(gate, id); err != nil {
+		if errors.Is(err, session.ErrNotActive) {
+			return apiError(session.CodeNotActive, "you are still waiting in line")
+		}
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]string{
+		"message": "You are in: this JSON came from a route protected by validateSessionIsActive.",
+		"session": id,
+	})
+}

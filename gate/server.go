@@ -1,0 +1,412 @@
+// Package gate is the sidecar's HTTP face, on echo v4: the client API, the
+// websocket route, the forward-auth check, the snippet, the waiting page and
+// the demo app. It translates HTTP to calls of the session service and back;
+// the rules live in package session.
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/anteroomhq/anteroom/broadcast"
+	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// CookieName is the cookie that carries the session token.
+const CookieName = "anteroom_session"
+
+// GateHeader names the gate in forward-auth requests when ?gate= cannot.
+const GateHeader = "X-Anteroom-Gate"
+
+const (
+	defaultMaxBodyBytes = 4 << 10
+	cookieMaxAge        = 24 * time.Hour
+)
+
+// Options configure a Server. Waitlist, Signer and Sockets are required.
+type Options struct {
+	// BasePath is the prefix of everything the sidecar serves, such as
+	// "/anteroom" (no trailing slash).
+	BasePath string
+	// DefaultGate is the gate of requests that name none. Default "default".
+	DefaultGate string
+	Waitlist    *session.Waitlist
+	Signer      *token.Signer
+	// Hub serves the websocket route.
+	Hub *broadcast.Hub
+	// Demo serves the demo app at "/" and its protected route at
+	// /demo/api/secret.
+	Demo bool
+	// Ready reports whether the sidecar can serve (for /readyz). Default:
+	// always ready.
+	Ready func() error
+	// MaxBodyBytes bounds request bodies; larger ones get 413. Default 4 KiB.
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+}
+
+// Server is the sidecar's http.Handler.
+type Server struct {
+	opts Options
+	echo *echo.Echo
+	log  *slog.Logger
+}
+
+// New builds the Server and its routes. It returns an error when a required
+// option is missing or BasePath is malformed.
+func New(opts Options) (*Server, error) {
+	switch {
+	case opts.Waitlist == nil:
+		return nil, errors.New("gate: Options.Waitlist is required")
+	case opts.Signer == nil:
+		return nil, errors.New("gate: Options.Signer is required")
+	case opts.Hub == nil:
+		return nil, errors.New("gate: Options.Hub is required")
+	case !strings.HasPrefix(opts.BasePath, "/") || strings.HasSuffix(opts.BasePath, "/"):
+		return nil, errors.New("gate: Options.BasePath must start with '/' and not end with it")
+	}
+	if opts.DefaultGate == "" {
+		opts.DefaultGate = "default"
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = defaultMaxBodyBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Ready == nil {
+		opts.Ready = func() error { return nil }
+	}
+	s := &Server{opts: opts, log: opts.Logger}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(middleware.Recover())
+	e.Use(securityHeaders)
+	s.echo = e
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+
+	base := e.Group(opts.BasePath)
+	api := base.Group("/api", noStore)
+	api.POST("/join", s.join)
+	api.POST("/leave", s.leave)
+	api.POST("/release", s.release)
+	api.GET("/status", s.status)
+	api.GET("/global", s.global)
+	base.GET("/ws", s.socket)
+	base.GET("/check", s.check, noStore)
+	base.GET("/anteroom.js", s.snippet)
+	base.GET("/", s.waitingPage)
+	e.GET(opts.BasePath, s.waitingPage)
+
+	if opts.Demo {
+		e.GET("/", s.demoPage)
+		e.GET("/demo/api/secret", s.demoSecret, noStore)
+	}
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	status, body := errorBody(err)
+	if status >= 500 {
+		s.log.Error("anteroom: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, body)
+}
+
+func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		return next(c)
+	}
+}
+
+func noStore(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+// sessionID returns the id of the session a request carries: from
+// Authorization: Bearer, ?session=, or the cookie, the first whose token
+// verifies. A token that does not verify is no session.
+func (s *Server) sessionID(r *http.Request) (string, bool) {
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		if id, ok := s.opts.Signer.Verify(strings.TrimSpace(h[7:])); ok {
+			return id, true
+		}
+	}
+	if q := r.URL.Query().Get("session"); q != "" {
+		if id, ok := s.opts.Signer.Verify(q); ok {
+			return id, true
+		}
+	}
+	if c, err := r.Cookie(CookieName); err == nil {
+		if id, ok := s.opts.Signer.Verify(c.Value); ok {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+// gateOf names the request's gate: ?gate=, then the X-Anteroom-Gate header,
+// then fromBody, then the default.
+func (s *Server) gateOf(r *http.Request, fromBody string) string {
+	if g := r.URL.Query().Get("gate"); g != "" {
+		return g
+	}
+	if g := r.Header.Get(GateHeader); g != "" {
+		return g
+	}
+	if fromBody != "" {
+		return fromBody
+	}
+	return s.opts.DefaultGate
+}
+
+// readBody reads the request body up to the limit; a larger body is a 413.
+func (s *Server) readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		return nil, apiError(codeBodyTooLarge, "request body larger than "+strconv.FormatInt(s.opts.MaxBodyBytes, 10)+" bytes")
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+	if err != nil {
+		return nil, apiError(session.CodeInvalidArgument, "reading the request body failed")
+	}
+	if int64(len(body)) > s.opts.MaxBodyBytes {
+		return nil, apiError(codeBodyTooLarge, "request body larger than "+strconv.FormatInt(s.opts.MaxBodyBytes, 10)+" bytes")
+	}
+	return body, nil
+}
+
+// joinRequest is the optional JSON body of POST {base}/api/join.
+type joinRequest struct {
+	Gate string `json:"gate"`
+}
+
+// joinResponse is a SessionView plus the session's token, for clients that
+// cannot use the cookie (they send it as Bearer or ?session=).
+type joinResponse struct {
+	session.SessionView
+	Token string `json:"token"`
+}
+
+func (s *Server) join(c echo.Context) error {
+	r := c.Request()
+	body, err := s.readBody(r)
+	if err != nil {
+		return err
+	}
+	var req joinRequest
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return apiError(codeInvalidJSON, "body must be JSON such as {\"gate\":\"default\"}: "+err.Error())
+		}
+		if dec.More() {
+			return apiError(codeInvalidJSON, "body must hold one JSON object")
+		}
+	}
+	gate := s.gateOf(r, req.Gate)
+	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
+		return err
+	}
+	id, ok := s.sessionID(r)
+	if !ok {
+		id = token.NewID()
+	}
+	view, err := s.opts.Waitlist.Join(r.Context(), gate, id)
+	if err != nil {
+		return err
+	}
+	tok, err := s.opts.Signer.Sign(id)
+	if err != nil {
+		return err
+	}
+	s.setCookie(c, tok)
+	if view.Status == session.StatusWaiting {
+		setRetryAfter(c, view)
+	}
+	return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
+}
+
+func (s *Server) setCookie(c echo.Context, tok string) {
+	r := c.Request()
+	c.SetCookie(&http.Cookie{
+		Name:     CookieName,
+		Value:    tok,
+		Path:     "/",
+		MaxAge:   int(cookieMaxAge / time.Second),
+		HttpOnly: true,
+		SameSite: http.SameSiteLaxMode,
+		Secure:   r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"),
+	})
+}
+
+// leaveOrRelease reads the gate from ?gate= or a JSON body when there is one
+// (sendBeacon sends text/plain or nothing) and calls op for the session, if
+// the request carries one. It always answers 204 for a known gate.
+func (s *Server) leaveOrRelease(c echo.Context, op func(ctx context.Context, gate, id string) error) error {
+	r := c.Request()
+	body, err := s.readBody(r)
+	if err != nil {
+		return err
+	}
+	var req joinRequest
+	_ = json.Unmarshal(body, &req) // any body is accepted: beacons send what they send
+	gate := s.gateOf(r, req.Gate)
+	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
+		return err
+	}
+	if id, ok := s.sessionID(r); ok {
+		if err := op(r.Context(), gate, id); err != nil {
+			return err
+		}
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) leave(c echo.Context) error {
+	return s.leaveOrRelease(c, s.opts.Waitlist.Leave)
+}
+
+func (s *Server) release(c echo.Context) error {
+	return s.leaveOrRelease(c, s.opts.Waitlist.Release)
+}
+
+func (s *Server) status(c echo.Context) error {
+	r := c.Request()
+	gate := s.gateOf(r, "")
+	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
+		return err
+	}
+	id, ok := s.sessionID(r)
+	if !ok {
+		return apiError(session.CodeNotFound, "no session: join first")
+	}
+	view, err := s.opts.Waitlist.Status(r.Context(), gate, id)
+	if err != nil {
+		return err
+	}
+	if view.Status == session.StatusWaiting {
+		setRetryAfter(c, view)
+	}
+	return c.JSON(http.StatusOK, view)
+}
+
+func (s *Server) global(c echo.Context) error {
+	view, err := s.opts.Waitlist.Global(s.gateOf(c.Request(), ""))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, view)
+}
+
+// check is the forward-auth endpoint: 200 for an active session (refreshing
+// its last activity), 401 without a valid session, 403 while waiting.
+func (s *Server) check(c echo.Context) error {
+	r := c.Request()
+	gate := s.gateOf(r, "")
+	id, ok := s.sessionID(r)
+	if !ok {
+		if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
+			return err
+		}
+		return apiError(codeNoSession, "no valid session")
+	}
+	err := s.opts.Waitlist.ValidateSessionAndRefreshLastActive(gate, id)
+	if err == nil {
+		return c.NoContent(http.StatusOK)
+	}
+	if !errors.Is(err, session.ErrNotActive) {
+		return err
+	}
+	view, err := s.opts.Waitlist.Status(r.Context(), gate, id)
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		return apiError(codeNoSession, "session expired: join again")
+	case err != nil:
+		return err
+	case view.Status == session.StatusActive: // promoted between the two reads
+		return c.NoContent(http.StatusOK)
+	}
+	setRetryAfter(c, view)
+	return apiError(session.CodeNotActive, "waiting in line")
+}
+
+// setRetryAfter tells a waiting client when to ask again: soon when the line
+// moves fast, never more often than every 2 s nor less than every 30 s.
+func setRetryAfter(c echo.Context, v session.SessionView) {
+	seconds := 5.0
+	if inLine := v.LastWaitingPosition - v.FirstWaitingPosition + 1; v.AdmittedPerMinute > 0 && inLine > 0 {
+		ahead := float64(v.Place()) * float64(v.Waiting) / float64(inLine)
+		seconds = ahead / v.AdmittedPerMinute * 60 / 4 // ask a few times before the turn comes
+	}
+	seconds = min(max(seconds, 2), 30)
+	c.Response().Header().Set("Retry-After", strconv.Itoa(int(seconds)))
+}
+
+func (s *Server) socket(c echo.Context) error {
+	r := c.Request()
+	gate := s.gateOf(r, "")
+	global, err := s.opts.Waitlist.Global(gate)
+	if err != nil {
+		return err
+	}
+	sub := broadcast.Subscription{Gate: gate, Global: global}
+	if id, ok := s.sessionID(r); ok {
+		sub.SessionID = id
+		// Read the session after the socket is registered, so that a
+		// promotion committed in between is not missed.
+		sub.CurrentSession = func() *session.SessionView {
+			view, err := s.opts.Waitlist.Status(r.Context(), gate, id)
+			if err != nil {
+				return nil
+			}
+			return &view
+		}
+	}
+	if err := s.opts.Hub.Serve(c.Response(), r, sub); err != nil {
+		s.log.Debug("anteroom: websocket ended", "gate", gate, "err", err)
+	}
+	return nil
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	if err := s.opts.Ready(); err != nil {
+		return apiError(session.CodeUnavailable, "not ready: "+err.Error())
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
