@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -28,11 +29,21 @@ func (s *Server) waitingPage(c echo.Context) error {
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
+	data := static.WaitingPageData{BasePath: s.opts.BasePath, Gate: gate}
+	if next := c.QueryParam("next"); isLocalPath(next) {
+		data.RedirectURL = next
+	}
 	var buf bytes.Buffer
-	if err := static.RenderWaitingPage(&buf, static.WaitingPageData{BasePath: s.opts.BasePath, Gate: gate}); err != nil {
+	if err := static.RenderWaitingPage(&buf, data); err != nil {
 		return err
 	}
 	return htmlPage(c, buf.Bytes())
+}
+
+// isLocalPath reports whether p is a path on this origin ("/x", not "//host"
+// or "/\\host"), safe to send a browser to.
+func isLocalPath(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.HasPrefix(p, "/\\") && !strings.ContainsAny(p, "\r\n")
 }
 
 func (s *Server) demoPage(c echo.Context) error {

@@ -100,18 +100,19 @@ func New(opts Options) (*Server, error) {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 
-	base := e.Group(opts.BasePath)
-	api := base.Group("/api", noStore)
-	api.POST("/join", s.join)
-	api.POST("/leave", s.leave)
-	api.POST("/release", s.release)
-	api.GET("/status", s.status)
-	api.GET("/global", s.global)
-	base.GET("/ws", s.socket)
-	base.GET("/check", s.check, noStore)
-	base.GET("/anteroom.js", s.snippet)
-	base.GET("/", s.waitingPage)
-	e.GET(opts.BasePath, s.waitingPage)
+	// Route middleware, not group middleware: echo gives a group with
+	// middleware catch-all routes, which would turn 405s into 404s.
+	b := opts.BasePath
+	e.POST(b+"/api/join", s.join, noStore)
+	e.POST(b+"/api/leave", s.leave, noStore)
+	e.POST(b+"/api/release", s.release, noStore)
+	e.GET(b+"/api/status", s.status, noStore)
+	e.GET(b+"/api/global", s.global, noStore)
+	e.GET(b+"/ws", s.socket)
+	e.GET(b+"/check", s.check, noStore)
+	e.GET(b+"/anteroom.js", s.snippet)
+	e.GET(b+"/", s.waitingPage)
+	e.GET(b, s.waitingPage)
 
 	if opts.Demo {
 		e.GET("/", s.demoPage)
@@ -394,7 +395,7 @@ func (s *Server) socket(c echo.Context) error {
 			return &view
 		}
 	}
-	if err := s.opts.Hub.Serve(c.Response(), r, sub); err != nil {
+	if err := s.opts.Hub.Handoff(c.Response(), r, sub); err != nil {
 		s.log.Debug("anteroom: websocket ended", "gate", gate, "err", err)
 	}
 	return nil

@@ -1,0 +1,213 @@
+package e2e
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// JavaScript conditions on the demo page (static/demo.html + anteroom.js).
+const (
+	// admittedJS: let in, no overlay, the protected content came from the
+	// server, and the host-app refresh (initScript) is being answered 200.
+	admittedJS = `window.anteroom && window.anteroom.state === 'active'
+  && !document.getElementById('anteroom-overlay')
+  && !document.documentElement.classList.contains('anteroom-lock')
+  && /^You are in/.test(document.getElementById('demo-content').textContent)
+  && window.__e2e.lastCheck === 200`
+	// stillOutsideJS: waiting, and the demo never got the protected content.
+	stillOutsideJS = `window.anteroom.state === 'waiting' && window.__e2e.activeEvents === 0
+  && /^Waiting for a slot/.test(document.getElementById('demo-content').textContent)`
+	secretStatusJS = `fetch('/demo/api/secret', { credentials: 'same-origin', cache: 'no-store' }).then((r) => r.status)`
+)
+
+// placeIs: the overlay is shown with exactly this place text.
+func placeIs(text string) string {
+	return `window.anteroom && window.anteroom.state === 'waiting'
+  && !!document.getElementById('anteroom-overlay')
+  && (document.getElementById('anteroom-place') || {}).textContent === ` + strconv.Quote(text)
+}
+
+// TestWaitingLineInTheBrowser is the acceptance check of issue #3: with
+// active_limit 2, two visitors get in, the next two wait and see their place
+// live, and when an admitted visitor closes the tab the first waiter is let
+// in without a reload while the other moves up.
+func TestWaitingLineInTheBrowser(t *testing.T) {
+	start := time.Now()
+	srv := startSidecar(t, session.GateConfig{
+		Name: "default", ActiveLimit: 2,
+		ActiveTimeout: 3 * time.Second, WaitingTimeout: 3 * time.Second,
+	})
+	b := newBrowser(t)
+
+	// 1. Two visitors, each with its own cookie jar, get in at once.
+	first, second := b.newUser(t, "first"), b.newUser(t, "second")
+	for _, u := range []*user{first, second} {
+		u.open(srv.url + "/")
+		u.waitFor("being let in at once with the protected content", admittedJS)
+	}
+	firstID := evalJS[string](first, `window.anteroom.view.session`)
+	if secondID := evalJS[string](second, `window.anteroom.view.session`); firstID == "" || firstID == secondID {
+		t.Fatalf("the two browser contexts share a session (%q, %q): cookies are not isolated", firstID, secondID)
+	}
+
+	// 2. A third waits: overlay, "1 of 1", and the protected route refuses it.
+	third := b.newUser(t, "third")
+	third.open(srv.url + "/")
+	third.waitVisible("anteroom-overlay")
+	third.waitFor("place 1 of 1", placeIs("Your place: 1 of 1"))
+	third.waitFor("no protected content while waiting", stillOutsideJS)
+	if status := evalJS[int](third, secretStatusJS); status != 403 {
+		t.Errorf("third: GET /demo/api/secret while waiting = %d, want 403", status)
+	}
+
+	// 3. A fourth waits behind it; the third's total follows live.
+	fourth := b.newUser(t, "fourth")
+	fourth.open(srv.url + "/")
+	fourth.waitVisible("anteroom-overlay")
+	fourth.waitFor("place 2 of 2", placeIs("Your place: 2 of 2"))
+	third.waitFor("place 1 of 2 after the fourth joined", placeIs("Your place: 1 of 2"))
+
+	// 5. The screenshot of the waiting overlay (the README shows it).
+	saveScreenshot(t, fourth.screenshot())
+
+	// 4. The first closes its tab. An active session sends nothing on
+	// pagehide; with the tab gone nothing refreshes it, so it expires after
+	// active_timeout and the next tick promotes the third, live.
+	for _, u := range []*user{third, fourth} {
+		evalJS[int](u, `window.__marker = 1`)
+	}
+	closed := time.Now()
+	first.close()
+	third.waitFor("being let in without a reload, anteroom:active fired once",
+		`window.__marker === 1 && window.__e2e.activeEvents === 1 && `+admittedJS)
+	promoted := time.Since(closed)
+	fourth.waitFor("place 1 of 1 after the third was let in",
+		`window.__marker === 1 && window.__e2e.activeEvents === 0 && `+placeIs("Your place: 1 of 1"))
+	if promoted < 3*time.Second {
+		t.Errorf("the third was let in %v after the first closed its tab, before active_timeout (3s)", promoted)
+	}
+	t.Logf("the third was let in %v after the first closed its tab (active_timeout 3s, tick 1s)", promoted.Round(10*time.Millisecond))
+
+	// The first's session is gone, the second was never disturbed.
+	if _, ok := srv.session(t, firstID); ok {
+		t.Errorf("the first's session %s still exists after its expiry", firstID)
+	}
+	second.waitFor("still let in", admittedJS)
+	if g, err := srv.waitlist.Global("default"); err != nil || g.Active != 2 || g.Waiting != 1 {
+		t.Errorf("global view = %+v, %v; want active 2, waiting 1", g, err)
+	}
+	for _, u := range []*user{second, third, fourth} {
+		u.requireNoProblems()
+	}
+	t.Logf("scenario took %v", time.Since(start).Round(10*time.Millisecond))
+}
+
+// TestHiddenWaiterKeepsItsPlace: a waiter whose tab is hidden sends a leave
+// beacon (the server marks its departure) and, back within waiting_timeout,
+// joins again, which clears the mark: it keeps its place, while a waiter that
+// stays away is purged after waiting_timeout. The tab's visibility is
+// emulated: document.visibilityState is overridden on the page and a
+// visibilitychange event dispatched, which is what the snippet listens to.
+func TestHiddenWaiterKeepsItsPlace(t *testing.T) {
+	srv := startSidecar(t, session.GateConfig{
+		Name: "default", ActiveLimit: 1,
+		ActiveTimeout: time.Minute, WaitingTimeout: 3 * time.Second,
+	})
+	b := newBrowser(t)
+
+	admitted := b.newUser(t, "admitted")
+	admitted.open(srv.url + "/")
+	admitted.waitFor("being let in", admittedJS)
+	back, away := b.newUser(t, "back"), b.newUser(t, "away")
+	back.open(srv.url + "/")
+	back.waitFor("place 1 of 1", placeIs("Your place: 1 of 1"))
+	away.open(srv.url + "/")
+	away.waitFor("place 2 of 2", placeIs("Your place: 2 of 2"))
+	back.waitFor("place 1 of 2", placeIs("Your place: 1 of 2"))
+
+	const setVisibility = `((v) => {
+  window.__visibility = v;
+  if (!window.__visibilityOverridden) {
+    window.__visibilityOverridden = true;
+    Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => window.__visibility });
+    Object.defineProperty(document, 'hidden', { configurable: true, get: () => window.__visibility === 'hidden' });
+  }
+  document.dispatchEvent(new Event('visibilitychange'));
+  return 1;
+})`
+	backID := evalJS[string](back, `window.anteroom.view.session`)
+	awayID := evalJS[string](away, `window.anteroom.view.session`)
+	backPos := evalJS[int64](back, `window.anteroom.view.position`)
+	evalJS[int](back, `window.__marker = 1`)
+	departed := func(id string) func() bool {
+		return func() bool { s, ok := srv.session(t, id); return ok && !s.LastActive.IsZero() }
+	}
+
+	// "back" hides its tab: the beacon marks its departure on the server.
+	hidden := time.Now()
+	evalJS[int](back, setVisibility+`('hidden')`)
+	eventually(t, "the departure mark of the hidden waiter", departed(backID))
+	// It comes back well within waiting_timeout: the join clears the mark.
+	evalJS[int](back, setVisibility+`('visible')`)
+	eventually(t, "the returning waiter's departure mark to be cleared", func() bool {
+		s, ok := srv.session(t, backID)
+		return ok && s.LastActive.IsZero()
+	})
+	if away := time.Since(hidden); away >= 3*time.Second {
+		t.Fatalf("hiding and coming back took %v, not within waiting_timeout (3s): the machine is too slow for this test", away)
+	}
+
+	// "away" hides and stays away: purged after waiting_timeout, which the
+	// returning waiter sees live. Its own departure was earlier, so had the
+	// mark stayed, it would have been purged first.
+	evalJS[int](away, setVisibility+`('hidden')`)
+	eventually(t, "the departure mark of the waiter that stays away", departed(awayID))
+	back.waitFor("place 1 of 1 after the other waiter was purged",
+		`window.__marker === 1 && `+placeIs("Your place: 1 of 1"))
+	if _, ok := srv.session(t, awayID); ok {
+		t.Errorf("the waiter that stayed away (%s) was not purged", awayID)
+	}
+	s, ok := srv.session(t, backID)
+	if !ok || s.Status != session.StatusWaiting || s.Position != backPos {
+		t.Errorf("the returning waiter's session = %+v (exists %v); want waiting at position %d", s, ok, backPos)
+	}
+	if since := time.Since(hidden); since < 3*time.Second {
+		t.Errorf("the check ran %v after the hide, before waiting_timeout: it proves nothing", since)
+	}
+	for _, u := range []*user{admitted, back} {
+		u.requireNoProblems()
+	}
+}
+
+// saveScreenshot keeps the waiting overlay's screenshot in the test's temp
+// dir, and with ANTEROOM_UPDATE_SCREENSHOT=1 in docs/waiting-overlay.png
+// (the README shows it), so that CI does not dirty the checkout.
+func saveScreenshot(t *testing.T, png []byte) {
+	t.Helper()
+	tmp := filepath.Join(t.TempDir(), "waiting-overlay.png")
+	if err := os.WriteFile(tmp, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("ANTEROOM_UPDATE_SCREENSHOT") != "1" {
+		return
+	}
+	root := filepath.Join("..", "..") // the test runs in gate/e2e
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("repository root not found from the working directory: %v", errors.Unwrap(err))
+	}
+	dir := filepath.Join(root, "docs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "waiting-overlay.png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs(filepath.Join(dir, "waiting-overlay.png"))
+	t.Logf("wrote %s", abs)
+}

@@ -1,0 +1,88 @@
+package guard
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxCacheKey is the longest key cached: three tokens of the longest valid
+// length plus the gate fit well within it. Requests with longer credentials
+// are not cached (they carry no valid token anyway, or garbage).
+const maxCacheKey = 1024
+
+// cache remembers the remote checker's answers for a short TTL. Entries
+// expire TTL after they were stored; when the cache is full, expired entries
+// are swept and, if that frees too little, everything is dropped (the cache
+// only saves round trips, and lives at most a second).
+type cache struct {
+	ttl time.Duration
+	max int
+	now func() time.Time
+
+	mu sync.Mutex
+	m  map[string]cacheEntry
+}
+
+type cacheEntry struct {
+	err     error
+	expires time.Time
+}
+
+func newCache(ttl time.Duration, max int, now func() time.Time) *cache {
+	return &cache{ttl: ttl, max: max, now: now, m: make(map[string]cacheEntry)}
+}
+
+// cacheKey names the credentials a request carries at a gate, each part
+// prefixed with its length so that no two different sets share a key.
+func cacheKey(gate string, c credentials) string {
+	var b strings.Builder
+	for _, part := range [...]string{gate, c.bearer, c.query, c.cookie} {
+		b.WriteString(strconv.Itoa(len(part)))
+		b.WriteByte(':')
+		b.WriteString(part)
+	}
+	return b.String()
+}
+
+// get returns the cached answer for key, if it has not expired.
+func (c *cache) get(key string) (error, bool) {
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.m[key]
+	if ok && !now.Before(e.expires) {
+		delete(c.m, key)
+		ok = false
+	}
+	c.mu.Unlock()
+	return e.err, ok
+}
+
+// put stores the answer err for key until TTL from now.
+func (c *cache) put(key string, err error) {
+	if len(key) > maxCacheKey {
+		return
+	}
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
+		for k, e := range c.m {
+			if !now.Before(e.expires) {
+				delete(c.m, k)
+			}
+		}
+		if len(c.m) > c.max*3/4 {
+			clear(c.m)
+		}
+	}
+	c.m[key] = cacheEntry{err: err, expires: now.Add(c.ttl)}
+}
+
+// len returns the number of entries, expired or not.
+func (c *cache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}

@@ -1,0 +1,50 @@
+package guard
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestCacheExpiresAndStaysBounded(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := newCache(time.Second, 4, func() time.Time { return now })
+
+	c.put("a", nil)
+	c.put("b", ErrNoSession)
+	err, ok := c.get("b")
+	assert.True(t, ok)
+	assert.ErrorIs(t, err, ErrNoSession)
+	err, ok = c.get("a")
+	assert.True(t, ok)
+	assert.NoError(t, err)
+	_, ok = c.get("missing")
+	assert.False(t, ok)
+
+	now = now.Add(time.Second)
+	_, ok = c.get("a")
+	assert.False(t, ok, "expired at the TTL")
+
+	for i := range 100 {
+		c.put(fmt.Sprint("k", i), nil)
+		assert.LessOrEqual(t, c.len(), 4)
+	}
+	_, ok = c.get("k99")
+	assert.True(t, ok, "the newest entry is kept")
+
+	c.put(string(make([]byte, maxCacheKey+1)), nil)
+	_, ok = c.get(string(make([]byte, maxCacheKey+1)))
+	assert.False(t, ok, "oversized keys are not cached")
+}
+
+func TestCacheKeyIsUnambiguous(t *testing.T) {
+	a := cacheKey("g", credentials{bearer: "x", query: "y"})
+	b := cacheKey("g", credentials{bearer: "xy"})
+	c := cacheKey("g", credentials{query: "xy"})
+	d := cacheKey("h", credentials{query: "xy"})
+	assert.NotEqual(t, a, b)
+	assert.NotEqual(t, b, c)
+	assert.NotEqual(t, c, d)
+}
