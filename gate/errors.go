@@ -18,6 +18,7 @@ const (
 	codeMethodNotAllowed session.Code = "method_not_allowed"
 	codeRateLimited      session.Code = "rate_limited"
 	codeBadGateway       session.Code = "bad_gateway"
+	codeAPIKeyRequired   session.Code = "api_key_required"
 )
 
 // statusOf is the one place where error codes become HTTP statuses.
@@ -25,7 +26,7 @@ func statusOf(code session.Code) int {
 	switch code {
 	case session.CodeInvalidArgument, codeInvalidJSON:
 		return http.StatusBadRequest
-	case codeNoSession:
+	case codeNoSession, codeAPIKeyRequired:
 		return http.StatusUnauthorized
 	case session.CodeNotActive:
 		return http.StatusForbidden

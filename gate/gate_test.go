@@ -38,6 +38,13 @@ const base = "/anteroom"
 
 func newHarness(t *testing.T, limit int64) *harness {
 	t.Helper()
+	return newHarnessWith(t, limit, nil)
+}
+
+// newHarnessWith builds the sidecar over a real SQLite file with a fake
+// clock; configure, when not nil, adjusts the gate options.
+func newHarnessWith(t *testing.T, limit int64, configure func(*gate.Options)) *harness {
+	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	store, err := sqlite.Open(filepath.Join(t.TempDir(), "anteroom.db"), sqlite.Options{Logger: log})
 	require.NoError(t, err)
@@ -54,7 +61,11 @@ func newHarness(t *testing.T, limit int64) *harness {
 	t.Cleanup(func() { _ = wl.Close() })
 	signer, err := token.NewSigner([]byte(strings.Repeat("s", 32)))
 	require.NoError(t, err)
-	srv, err := gate.New(gate.Options{BasePath: base, Waitlist: wl, Signer: signer, Hub: hub, Demo: true, Logger: log})
+	opts := gate.Options{BasePath: base, Waitlist: wl, Signer: signer, Hub: hub, Demo: true, Logger: log}
+	if configure != nil {
+		configure(&opts)
+	}
+	srv, err := gate.New(opts)
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)

@@ -6,8 +6,11 @@ package gate
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -48,6 +51,13 @@ type Options struct {
 	// Demo serves the demo app at "/" and its protected route at
 	// /demo/api/secret.
 	Demo bool
+	// Proxy, when its Upstream is set, turns on reverse-proxy mode: every
+	// path outside BasePath goes to the upstream for active sessions. Demo
+	// is ignored then.
+	Proxy ProxyOptions
+	// APIKeys let trusted backends join with their own session ids
+	// ({"sessionId":"user:42"}), sent as X-Anteroom-Key or Bearer.
+	APIKeys []string
 	// Ready reports whether the sidecar can serve (for /readyz). Default:
 	// always ready.
 	Ready func() error
@@ -58,9 +68,11 @@ type Options struct {
 
 // Server is the sidecar's http.Handler.
 type Server struct {
-	opts Options
-	echo *echo.Echo
-	log  *slog.Logger
+	opts    Options
+	echo    *echo.Echo
+	log     *slog.Logger
+	proxy   *proxy
+	apiKeys [][sha256.Size]byte
 }
 
 // New builds the Server and its routes. It returns an error when a required
@@ -114,7 +126,22 @@ func New(opts Options) (*Server, error) {
 	e.GET(b+"/", s.waitingPage)
 	e.GET(b, s.waitingPage)
 
-	if opts.Demo {
+	for _, k := range opts.APIKeys {
+		if len(k) < minAPIKeyLength {
+			return nil, fmt.Errorf("gate: API keys must be at least %d characters", minAPIKeyLength)
+		}
+		s.apiKeys = append(s.apiKeys, sha256.Sum256([]byte(k)))
+	}
+	switch {
+	case opts.Proxy.Upstream != nil:
+		p, err := s.newProxy(opts.Proxy)
+		if err != nil {
+			return nil, err
+		}
+		s.proxy = p
+		e.Any("/*", s.serveProxy)
+		e.Any("/", s.serveProxy)
+	case opts.Demo:
 		e.GET("/", s.demoPage)
 		e.GET("/demo/api/secret", s.demoSecret, noStore)
 	}
@@ -207,9 +234,53 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 	return body, nil
 }
 
-// joinRequest is the optional JSON body of POST {base}/api/join.
+// joinRequest is the optional JSON body of POST {base}/api/join (and of leave
+// and release). SessionID names the session itself, which only a request with
+// a valid API key may do.
 type joinRequest struct {
-	Gate string `json:"gate"`
+	Gate      string `json:"gate"`
+	SessionID string `json:"sessionId"`
+}
+
+// APIKeyHeader carries an API key (Authorization: Bearer works too).
+const APIKeyHeader = "X-Anteroom-Key"
+
+const minAPIKeyLength = 16
+
+// trusted reports whether the request carries one of the configured API keys.
+func (s *Server) trusted(r *http.Request) bool {
+	if len(s.apiKeys) == 0 {
+		return false
+	}
+	key := r.Header.Get(APIKeyHeader)
+	if h := r.Header.Get("Authorization"); key == "" && len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		key = strings.TrimSpace(h[7:])
+	}
+	if key == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(key))
+	match := 0
+	for _, k := range s.apiKeys {
+		match |= subtle.ConstantTimeCompare(sum[:], k[:])
+	}
+	return match == 1
+}
+
+// namedSession returns the session id a trusted request names in its body.
+// It returns ok=false when the body names none, and an error when it names
+// one without a valid API key or names a malformed id.
+func (s *Server) namedSession(r *http.Request, req joinRequest) (string, bool, error) {
+	if req.SessionID == "" {
+		return "", false, nil
+	}
+	if !s.trusted(r) {
+		return "", false, apiError(codeAPIKeyRequired, "sessionId may only be set with a valid API key")
+	}
+	if !session.ValidID(req.SessionID) {
+		return "", false, apiError(session.CodeInvalidArgument, "sessionId: want 1-128 printable ASCII characters without spaces or '.'")
+	}
+	return req.SessionID, true, nil
 }
 
 // joinResponse is a SessionView plus the session's token, for clients that
@@ -240,9 +311,15 @@ func (s *Server) join(c echo.Context) error {
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	id, ok := s.sessionID(r)
-	if !ok {
-		id = token.NewID()
+	id, named, err := s.namedSession(r, req)
+	if err != nil {
+		return err
+	}
+	if !named {
+		var ok bool
+		if id, ok = s.sessionID(r); !ok {
+			id = token.NewID()
+		}
 	}
 	view, err := s.opts.Waitlist.Join(r.Context(), gate, id)
 	if err != nil {
@@ -252,7 +329,9 @@ func (s *Server) join(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.setCookie(c, tok)
+	if !named { // a backend joining for a user must not get the user's cookie
+		s.setCookie(c, tok)
+	}
 	if view.Status == session.StatusWaiting {
 		setRetryAfter(c, view)
 	}
@@ -287,7 +366,14 @@ func (s *Server) leaveOrRelease(c echo.Context, op func(ctx context.Context, gat
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	if id, ok := s.sessionID(r); ok {
+	id, ok, err := s.namedSession(r, req)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		id, ok = s.sessionID(r)
+	}
+	if ok {
 		if err := op(r.Context(), gate, id); err != nil {
 			return err
 		}

@@ -28,6 +28,9 @@ type Config struct {
 	UpdateInterval    string                `yaml:"update_interval"`
 	Secret            string                `yaml:"secret"`
 	Upstream          string                `yaml:"upstream"`
+	Protect           []string              `yaml:"protect"`
+	Bypass            []string              `yaml:"bypass"`
+	APIKeys           []string              `yaml:"api_keys"`
 	BroadcastInterval Duration              `yaml:"broadcast_interval"`
 	AllowedOrigins    []string              `yaml:"allowed_origins"`
 	LogLevel          string                `yaml:"log_level"`
@@ -78,6 +81,7 @@ const (
 	defaultActiveTimeout     = 5 * time.Minute
 	defaultWaitingTimeout    = time.Minute
 	minSecretLength          = 32
+	minAPIKeyLength          = 16
 )
 
 // LoadConfig reads the YAML file at path (none when path is empty), applies
@@ -120,8 +124,9 @@ const envPrefix = "ANTEROOM_"
 
 // applyEnv applies ANTEROOM_* overrides: ANTEROOM_LISTEN, ANTEROOM_BASE_PATH,
 // ANTEROOM_DATABASE, ANTEROOM_UPDATE_INTERVAL, ANTEROOM_SECRET,
-// ANTEROOM_UPSTREAM, ANTEROOM_BROADCAST_INTERVAL, ANTEROOM_ALLOWED_ORIGINS
-// (comma-separated), ANTEROOM_LOG_LEVEL, and per gate
+// ANTEROOM_UPSTREAM, ANTEROOM_PROTECT, ANTEROOM_BYPASS, ANTEROOM_API_KEYS,
+// ANTEROOM_BROADCAST_INTERVAL, ANTEROOM_ALLOWED_ORIGINS (lists
+// comma-separated), ANTEROOM_LOG_LEVEL, and per gate
 // ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT / _ACTIVE_TIMEOUT / _WAITING_TIMEOUT,
 // where <NAME> is the gate's name in upper case with '-' and '.' as '_'.
 // A gate named only in the environment is created.
@@ -157,12 +162,13 @@ func (c *Config) applyEnv(environ []string) error {
 		case "ANTEROOM_LOG_LEVEL":
 			c.LogLevel = v
 		case "ANTEROOM_ALLOWED_ORIGINS":
-			c.AllowedOrigins = nil
-			for _, o := range strings.Split(v, ",") {
-				if o = strings.TrimSpace(o); o != "" {
-					c.AllowedOrigins = append(c.AllowedOrigins, o)
-				}
-			}
+			c.AllowedOrigins = splitList(v)
+		case "ANTEROOM_PROTECT":
+			c.Protect = splitList(v)
+		case "ANTEROOM_BYPASS":
+			c.Bypass = splitList(v)
+		case "ANTEROOM_API_KEYS":
+			c.APIKeys = splitList(v)
 		case "ANTEROOM_BROADCAST_INTERVAL":
 			var d time.Duration
 			d, err = parseDuration(v)
@@ -179,6 +185,17 @@ func (c *Config) applyEnv(environ []string) error {
 		}
 	}
 	return nil
+}
+
+// splitList splits a comma-separated environment value, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, o := range strings.Split(v, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 func (c *Config) applyGateEnv(rest, v string) error {
@@ -249,6 +266,9 @@ func (c *Config) fillDefaults() {
 	if c.BroadcastInterval == 0 {
 		c.BroadcastInterval = Duration(defaultBroadcastInterval)
 	}
+	if len(c.Protect) == 0 {
+		c.Protect = []string{"/"}
+	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
@@ -294,6 +314,21 @@ func (c Config) Validate() error {
 		u, err := url.Parse(c.Upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return bad("upstream", "%q must be an absolute http or https URL such as \"http://127.0.0.1:3000\"", c.Upstream)
+		}
+	}
+	for key, list := range map[string][]string{"protect": c.Protect, "bypass": c.Bypass} {
+		for i, p := range list {
+			if !strings.HasPrefix(p, "/") {
+				return bad(fmt.Sprintf("%s[%d]", key, i), "%q must be a path prefix starting with '/'", p)
+			}
+			if strings.HasPrefix(p, c.BasePath+"/") || p == c.BasePath {
+				return bad(fmt.Sprintf("%s[%d]", key, i), "%q lies under base_path %q, which anteroom serves itself", p, c.BasePath)
+			}
+		}
+	}
+	for i, k := range c.APIKeys {
+		if len(k) < minAPIKeyLength {
+			return bad(fmt.Sprintf("api_keys[%d]", i), "must be at least %d characters", minAPIKeyLength)
 		}
 	}
 	if time.Duration(c.BroadcastInterval) < 0 {

@@ -25,7 +25,7 @@ func TestExampleConfigParsesAndValidates(t *testing.T) {
 	// The example states the defaults: no file at all gives the same config.
 	none, err := LoadConfig("", nil)
 	require.NoError(t, err)
-	none.AllowedOrigins = cfg.AllowedOrigins
+	none.AllowedOrigins, none.Bypass, none.APIKeys = cfg.AllowedOrigins, cfg.Bypass, cfg.APIKeys
 	assert.Equal(t, cfg, none)
 }
 
@@ -54,6 +54,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "negative limit", yaml: "gates:\n  default:\n    active_limit: -1\n", wantErr: "gates.default.active_limit: must be a whole number, 0 or more"},
 		{name: "negative timeout", yaml: "gates:\n  default:\n    waiting_timeout: -1m\n", wantErr: "gates.default.waiting_timeout: must be a positive duration"},
 		{name: "bad gate name", yaml: "gates:\n  \"a/b\":\n    active_limit: 1\n", wantErr: "gates.a/b: gate names are"},
+		{name: "protect not a path", yaml: "protect: [app]\n", wantErr: "protect[0]: \"app\" must be a path prefix"},
+		{name: "bypass under base path", yaml: "bypass: [/anteroom/x]\n", wantErr: "bypass[0]: \"/anteroom/x\" lies under base_path"},
+		{name: "short api key", yaml: "api_keys: [abc]\n", wantErr: "api_keys[0]: must be at least 16 characters"},
 		{name: "bad log level", yaml: "log_level: loud\n", wantErr: "log_level"},
 		{name: "env: bad limit", env: []string{"ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=many"}, wantErr: "environment ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT: \"many\" is not a whole number"},
 		{name: "env: unknown variable", env: []string{"ANTEROOM_LISTN=x"}, wantErr: "environment ANTEROOM_LISTN: unknown variable"},

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -72,9 +73,6 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	}
 	level, _ := parseLogLevel(cfg.LogLevel)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if cfg.Upstream != "" {
-		return errors.New("config: upstream: reverse-proxy mode is not available in this version; leave upstream empty and use the snippet, the middleware or forward-auth ({base_path}/check)")
-	}
 	schedule, err := cronjobs.ParseSchedule(cfg.UpdateInterval)
 	if err != nil {
 		return fmt.Errorf("config: update_interval: %w", err)
@@ -129,14 +127,23 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		_ = scheduler.Stop(stopCtx)
 	}()
 
-	handler, err := gate.New(gate.Options{
+	opts := gate.Options{
 		BasePath: cfg.BasePath,
 		Waitlist: waitlist,
 		Signer:   signer,
 		Hub:      hub,
 		Demo:     cfg.Upstream == "",
+		APIKeys:  cfg.APIKeys,
 		Logger:   log,
-	})
+	}
+	if cfg.Upstream != "" {
+		upstream, err := url.Parse(cfg.Upstream)
+		if err != nil {
+			return fmt.Errorf("config: upstream: %w", err)
+		}
+		opts.Proxy = gate.ProxyOptions{Upstream: upstream, Protect: cfg.Protect, Bypass: cfg.Bypass}
+	}
+	handler, err := gate.New(opts)
 	if err != nil {
 		return err
 	}
@@ -153,7 +160,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	addr := ln.Addr().String()
-	log.Info("anteroom: listening", "url", "http://"+addr+"/", "base_path", cfg.BasePath,
+	log.Info("anteroom: listening", "url", "http://"+addr+"/", "base_path", cfg.BasePath, "upstream", cfg.Upstream,
 		"database", cfg.Database, "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
 	if ready != nil {
 		ready(addr)

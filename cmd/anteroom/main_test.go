@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -159,6 +162,32 @@ func TestBadFlagsAndConfigFailToStart(t *testing.T) {
 	assert.ErrorContains(t, err, "no such file")
 	err = run(context.Background(), []string{"stray"}, nil, io.Discard, io.Discard, nil)
 	assert.ErrorContains(t, err, "unexpected arguments")
-	err = run(context.Background(), nil, []string{"ANTEROOM_UPSTREAM=http://127.0.0.1:1"}, io.Discard, io.Discard, nil)
-	assert.ErrorContains(t, err, "reverse-proxy mode is not available")
+	err = run(context.Background(), nil, []string{"ANTEROOM_UPSTREAM=localhost:3000"}, io.Discard, io.Discard, nil)
+	assert.ErrorContains(t, err, "upstream")
+}
+
+func TestRunInReverseProxyMode(t *testing.T) {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "the app at %s", r.URL.Path)
+	}))
+	defer app.Close()
+	r := start(t, []string{
+		"ANTEROOM_DATABASE=" + filepath.Join(t.TempDir(), "anteroom.db"),
+		"ANTEROOM_UPSTREAM=" + app.URL,
+		"ANTEROOM_BYPASS=/public/",
+		"ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=1",
+	})
+	get := func(c *http.Client, path string) string {
+		resp, err := c.Get("http://" + r.addr + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	jar1, _ := cookiejar.New(nil)
+	jar2, _ := cookiejar.New(nil)
+	assert.Equal(t, "the app at /orders", get(&http.Client{Jar: jar1}, "/orders"))
+	assert.Contains(t, get(&http.Client{Jar: jar2}, "/orders"), "/anteroom/anteroom.js", "the second visitor waits")
+	assert.Equal(t, "the app at /public/logo.svg", get(&http.Client{Jar: jar2}, "/public/logo.svg"))
 }
