@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,12 +23,13 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/anteroomhq/anteroom/broadcast"
+	"github.com/anteroomhq/anteroom/gate/guard"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
 )
 
 // CookieName is the cookie that carries the session token.
-const CookieName = "anteroom_session"
+const CookieName = guard.CookieName
 
 // GateHeader names the gate in forward-auth requests when ?gate= cannot.
 const GateHeader = "X-Anteroom-Gate"
@@ -58,6 +60,11 @@ type Options struct {
 	// APIKeys let trusted backends join with their own session ids
 	// ({"sessionId":"user:42"}), sent as X-Anteroom-Key or Bearer.
 	APIKeys []string
+	// RateLimit bounds the client API per client IP.
+	RateLimit RateLimitOptions
+	// TrustedProxies are the networks whose X-Forwarded-For names the
+	// client (for the rate limit). Empty: the peer address is the client.
+	TrustedProxies []*net.IPNet
 	// Ready reports whether the sidecar can serve (for /readyz). Default:
 	// always ready.
 	Ready func() error
@@ -105,6 +112,7 @@ func New(opts Options) (*Server, error) {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
+	e.IPExtractor = clientIP(opts.TrustedProxies)
 	e.Use(middleware.Recover())
 	e.Use(securityHeaders)
 	s.echo = e
@@ -115,12 +123,16 @@ func New(opts Options) (*Server, error) {
 	// Route middleware, not group middleware: echo gives a group with
 	// middleware catch-all routes, which would turn 405s into 404s.
 	b := opts.BasePath
-	e.POST(b+"/api/join", s.join, noStore)
-	e.POST(b+"/api/leave", s.leave, noStore)
-	e.POST(b+"/api/release", s.release, noStore)
-	e.GET(b+"/api/status", s.status, noStore)
-	e.GET(b+"/api/global", s.global, noStore)
-	e.GET(b+"/ws", s.socket)
+	limited := []echo.MiddlewareFunc{noStore}
+	if rl := rateLimit(opts.RateLimit); rl != nil {
+		limited = append(limited, rl)
+	}
+	e.POST(b+"/api/join", s.join, limited...)
+	e.POST(b+"/api/leave", s.leave, limited...)
+	e.POST(b+"/api/release", s.release, limited...)
+	e.GET(b+"/api/status", s.status, limited...)
+	e.GET(b+"/api/global", s.global, limited...)
+	e.GET(b+"/ws", s.socket, limited[1:]...)
 	e.GET(b+"/check", s.check, noStore)
 	e.GET(b+"/anteroom.js", s.snippet)
 	e.GET(b+"/", s.waitingPage)
@@ -182,26 +194,11 @@ func noStore(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// sessionID returns the id of the session a request carries: from
-// Authorization: Bearer, ?session=, or the cookie, the first whose token
-// verifies. A token that does not verify is no session.
+// sessionID returns the id of the session a request carries, read exactly as
+// host apps read it (guard.SessionID): Bearer, ?session=, then the cookie; a
+// token that does not verify is no session.
 func (s *Server) sessionID(r *http.Request) (string, bool) {
-	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		if id, ok := s.opts.Signer.Verify(strings.TrimSpace(h[7:])); ok {
-			return id, true
-		}
-	}
-	if q := r.URL.Query().Get("session"); q != "" {
-		if id, ok := s.opts.Signer.Verify(q); ok {
-			return id, true
-		}
-	}
-	if c, err := r.Cookie(CookieName); err == nil {
-		if id, ok := s.opts.Signer.Verify(c.Value); ok {
-			return id, true
-		}
-	}
-	return "", false
+	return guard.SessionID(r, s.opts.Signer)
 }
 
 // gateOf names the request's gate: ?gate=, then the X-Anteroom-Gate header,
@@ -449,16 +446,9 @@ func (s *Server) check(c echo.Context) error {
 	return apiError(session.CodeNotActive, "waiting in line")
 }
 
-// setRetryAfter tells a waiting client when to ask again: soon when the line
-// moves fast, never more often than every 2 s nor less than every 30 s.
+// setRetryAfter tells a waiting client when to ask again (guard.RetryAfter).
 func setRetryAfter(c echo.Context, v session.SessionView) {
-	seconds := 5.0
-	if inLine := v.LastWaitingPosition - v.FirstWaitingPosition + 1; v.AdmittedPerMinute > 0 && inLine > 0 {
-		ahead := float64(v.Place()) * float64(v.Waiting) / float64(inLine)
-		seconds = ahead / v.AdmittedPerMinute * 60 / 4 // ask a few times before the turn comes
-	}
-	seconds = min(max(seconds, 2), 30)
-	c.Response().Header().Set("Retry-After", strconv.Itoa(int(seconds)))
+	c.Response().Header().Set("Retry-After", strconv.Itoa(int(guard.RetryAfter(v)/time.Second)))
 }
 
 func (s *Server) socket(c echo.Context) error {

@@ -34,6 +34,8 @@ type Config struct {
 	BroadcastInterval Duration              `yaml:"broadcast_interval"`
 	AllowedOrigins    []string              `yaml:"allowed_origins"`
 	LogLevel          string                `yaml:"log_level"`
+	RateLimit         RateLimitConfig       `yaml:"rate_limit"`
+	TrustedProxies    []string              `yaml:"trusted_proxies"`
 	Gates             map[string]GateConfig `yaml:"gates"`
 }
 
@@ -42,6 +44,12 @@ type GateConfig struct {
 	ActiveLimit    *int64   `yaml:"active_limit"`
 	ActiveTimeout  Duration `yaml:"active_timeout"`
 	WaitingTimeout Duration `yaml:"waiting_timeout"`
+}
+
+// RateLimitConfig bounds the client API per client IP.
+type RateLimitConfig struct {
+	PerSecond *float64 `yaml:"per_second"`
+	Burst     int      `yaml:"burst"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("5m").
@@ -82,6 +90,8 @@ const (
 	defaultWaitingTimeout    = time.Minute
 	minSecretLength          = 32
 	minAPIKeyLength          = 16
+	defaultRatePerSecond     = 5.0
+	defaultRateBurst         = 20
 )
 
 // LoadConfig reads the YAML file at path (none when path is empty), applies
@@ -169,6 +179,18 @@ func (c *Config) applyEnv(environ []string) error {
 			c.Bypass = splitList(v)
 		case "ANTEROOM_API_KEYS":
 			c.APIKeys = splitList(v)
+		case "ANTEROOM_TRUSTED_PROXIES":
+			c.TrustedProxies = splitList(v)
+		case "ANTEROOM_RATE_LIMIT_PER_SECOND":
+			var f float64
+			if f, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+				err = fmt.Errorf("%q is not a number", v)
+			}
+			c.RateLimit.PerSecond = &f
+		case "ANTEROOM_RATE_LIMIT_BURST":
+			if c.RateLimit.Burst, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
+				err = fmt.Errorf("%q is not a whole number", v)
+			}
 		case "ANTEROOM_BROADCAST_INTERVAL":
 			var d time.Duration
 			d, err = parseDuration(v)
@@ -272,6 +294,13 @@ func (c *Config) fillDefaults() {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.RateLimit.PerSecond == nil {
+		f := defaultRatePerSecond
+		c.RateLimit.PerSecond = &f
+	}
+	if c.RateLimit.Burst == 0 {
+		c.RateLimit.Burst = defaultRateBurst
+	}
 	if len(c.Gates) == 0 {
 		c.Gates = map[string]GateConfig{defaultGate: {}}
 	}
@@ -339,6 +368,15 @@ func (c Config) Validate() error {
 			return bad(fmt.Sprintf("allowed_origins[%d]", i), "must not be empty")
 		}
 	}
+	if c.RateLimit.PerSecond != nil && *c.RateLimit.PerSecond < 0 {
+		return bad("rate_limit.per_second", "must not be negative (0 turns the limit off)")
+	}
+	if c.RateLimit.Burst < 0 {
+		return bad("rate_limit.burst", "must not be negative")
+	}
+	if _, err := c.TrustedNetworks(); err != nil {
+		return err
+	}
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return bad("log_level", "%v", err)
 	}
@@ -362,6 +400,32 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// TrustedNetworks parses trusted_proxies: CIDRs ("10.0.0.0/8") or single
+// addresses ("127.0.0.1"). It returns an error naming the bad entry.
+func (c Config) TrustedNetworks() ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for i, p := range c.TrustedProxies {
+		p = strings.TrimSpace(p)
+		if !strings.Contains(p, "/") {
+			ip := net.ParseIP(p)
+			if ip == nil {
+				return nil, fmt.Errorf("config: trusted_proxies[%d]: %q is neither an IP address nor a CIDR", i, p)
+			}
+			bits := 32
+			if ip.To4() == nil {
+				bits = 128
+			}
+			p = fmt.Sprintf("%s/%d", p, bits)
+		}
+		_, n, err := net.ParseCIDR(p)
+		if err != nil {
+			return nil, fmt.Errorf("config: trusted_proxies[%d]: %q is neither an IP address nor a CIDR", i, c.TrustedProxies[i])
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // SessionGates returns the gates as the session package wants them, sorted

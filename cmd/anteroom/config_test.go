@@ -25,7 +25,7 @@ func TestExampleConfigParsesAndValidates(t *testing.T) {
 	// The example states the defaults: no file at all gives the same config.
 	none, err := LoadConfig("", nil)
 	require.NoError(t, err)
-	none.AllowedOrigins, none.Bypass, none.APIKeys = cfg.AllowedOrigins, cfg.Bypass, cfg.APIKeys
+	none.AllowedOrigins, none.Bypass, none.APIKeys, none.TrustedProxies = cfg.AllowedOrigins, cfg.Bypass, cfg.APIKeys, cfg.TrustedProxies
 	assert.Equal(t, cfg, none)
 }
 
@@ -57,6 +57,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "protect not a path", yaml: "protect: [app]\n", wantErr: "protect[0]: \"app\" must be a path prefix"},
 		{name: "bypass under base path", yaml: "bypass: [/anteroom/x]\n", wantErr: "bypass[0]: \"/anteroom/x\" lies under base_path"},
 		{name: "short api key", yaml: "api_keys: [abc]\n", wantErr: "api_keys[0]: must be at least 16 characters"},
+		{name: "bad trusted proxy", yaml: "trusted_proxies: [\"10.0.0.0/33\"]\n", wantErr: "trusted_proxies[0]: \"10.0.0.0/33\" is neither"},
+		{name: "negative rate", yaml: "rate_limit:\n  per_second: -1\n", wantErr: "rate_limit.per_second"},
 		{name: "bad log level", yaml: "log_level: loud\n", wantErr: "log_level"},
 		{name: "env: bad limit", env: []string{"ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=many"}, wantErr: "environment ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT: \"many\" is not a whole number"},
 		{name: "env: unknown variable", env: []string{"ANTEROOM_LISTN=x"}, wantErr: "environment ANTEROOM_LISTN: unknown variable"},
@@ -118,4 +120,16 @@ func TestTrailingSlashOfBasePathIsDropped(t *testing.T) {
 	cfg, err := LoadConfig(writeConfig(t, "base_path: /queue/\n"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, "/queue", cfg.BasePath)
+}
+
+func TestTrustedProxiesAcceptAddressesAndCIDRs(t *testing.T) {
+	cfg, err := LoadConfig(writeConfig(t, "trusted_proxies: [\"127.0.0.1\", \"10.0.0.0/8\", \"::1\"]\n"), []string{"ANTEROOM_RATE_LIMIT_PER_SECOND=0"})
+	require.NoError(t, err)
+	nets, err := cfg.TrustedNetworks()
+	require.NoError(t, err)
+	require.Len(t, nets, 3)
+	assert.Equal(t, "127.0.0.1/32", nets[0].String())
+	assert.Equal(t, "10.0.0.0/8", nets[1].String())
+	assert.Equal(t, "::1/128", nets[2].String())
+	assert.Equal(t, 0.0, *cfg.RateLimit.PerSecond, "0 from the environment turns the limit off, it is not 'unset'")
 }

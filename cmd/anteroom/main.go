@@ -127,14 +127,20 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		_ = scheduler.Stop(stopCtx)
 	}()
 
+	trusted, err := cfg.TrustedNetworks()
+	if err != nil {
+		return err
+	}
 	opts := gate.Options{
-		BasePath: cfg.BasePath,
-		Waitlist: waitlist,
-		Signer:   signer,
-		Hub:      hub,
-		Demo:     cfg.Upstream == "",
-		APIKeys:  cfg.APIKeys,
-		Logger:   log,
+		BasePath:       cfg.BasePath,
+		Waitlist:       waitlist,
+		Signer:         signer,
+		Hub:            hub,
+		Demo:           cfg.Upstream == "",
+		APIKeys:        cfg.APIKeys,
+		RateLimit:      gate.RateLimitOptions{PerSecond: *cfg.RateLimit.PerSecond, Burst: cfg.RateLimit.Burst},
+		TrustedProxies: trusted,
+		Logger:         log,
 	}
 	if cfg.Upstream != "" {
 		upstream, err := url.Parse(cfg.Upstream)
