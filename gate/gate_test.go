@@ -364,7 +364,15 @@ func TestPagesSnippetHealthAndUnknownRoutes(t *testing.T) {
 		assert.Contains(t, r.header.Get("Content-Type"), "text/html", path)
 		assert.Contains(t, r.raw, base+"/anteroom.js", path)
 		assert.Equal(t, "nosniff", r.header.Get("X-Content-Type-Options"))
+		csp := r.header.Get("Content-Security-Policy")
+		require.Contains(t, csp, "script-src 'self' 'nonce-", path)
+		nonce := strings.TrimSuffix(strings.SplitN(strings.SplitN(csp, "'nonce-", 2)[1], "'", 2)[0], "'")
+		assert.Equal(t, strings.Count(r.raw, "<script")+strings.Count(r.raw, "<style"), strings.Count(r.raw, `nonce="`+nonce+`"`),
+			"%s: every script and style carries this response's nonce", path)
+		assert.Contains(t, csp, "frame-ancestors 'self'")
 	}
+	again := do(t, c, http.MethodGet, h.url+"/", "", "")
+	assert.NotEqual(t, r.header.Get("Content-Security-Policy"), again.header.Get("Content-Security-Policy"), "a fresh nonce per response")
 	requireError(t, do(t, c, http.MethodGet, h.url+base+"/?gate=nope", "", ""), http.StatusNotFound, "unknown_gate")
 	r = do(t, c, http.MethodGet, h.url+base+"/?next=/app/cart", "", "")
 	assert.Contains(t, r.raw, `data-redirect-url="/app/cart"`, "a local next is where the page goes once admitted")

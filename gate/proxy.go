@@ -132,7 +132,7 @@ func (s *Server) serveProxy(c echo.Context) error {
 		return c.JSON(http.StatusServiceUnavailable, view)
 	}
 	var buf bytes.Buffer
-	if err := static.RenderWaitingPage(&buf, static.WaitingPageData{BasePath: s.opts.BasePath, Gate: gate}); err != nil {
+	if err := static.RenderWaitingPage(&buf, static.WaitingPageData{BasePath: s.opts.BasePath, Gate: gate, Nonce: contentSecurityPolicy(c)}); err != nil {
 		return err
 	}
 	return c.HTMLBlob(http.StatusOK, buf.Bytes())
