@@ -458,7 +458,7 @@ func (s *Server) socket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sub := broadcast.Subscription{Gate: gate, Global: global}
+	sub := broadcast.Subscription{Gate: gate, Global: global, Client: c.RealIP()}
 	if id, ok := s.sessionID(r); ok {
 		sub.SessionID = id
 		// Read the session after the socket is registered, so that a

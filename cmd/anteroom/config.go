@@ -36,6 +36,7 @@ type Config struct {
 	LogLevel          string                `yaml:"log_level"`
 	RateLimit         RateLimitConfig       `yaml:"rate_limit"`
 	TrustedProxies    []string              `yaml:"trusted_proxies"`
+	Websocket         WebsocketConfig       `yaml:"websocket"`
 	Gates             map[string]GateConfig `yaml:"gates"`
 }
 
@@ -50,6 +51,12 @@ type GateConfig struct {
 type RateLimitConfig struct {
 	PerSecond *float64 `yaml:"per_second"`
 	Burst     int      `yaml:"burst"`
+}
+
+// WebsocketConfig caps the live-update sockets.
+type WebsocketConfig struct {
+	MaxConnections *int `yaml:"max_connections"`
+	MaxPerClient   *int `yaml:"max_per_client"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("5m").
@@ -79,19 +86,21 @@ func parseDuration(s string) (time.Duration, error) {
 
 // Defaults.
 const (
-	defaultListen            = "127.0.0.1:8080"
-	defaultBasePath          = "/anteroom"
-	defaultDatabase          = "anteroom.db"
-	defaultUpdateInterval    = "1m"
-	defaultBroadcastInterval = 250 * time.Millisecond
-	defaultGate              = "default"
-	defaultActiveLimit       = 100
-	defaultActiveTimeout     = 5 * time.Minute
-	defaultWaitingTimeout    = time.Minute
-	minSecretLength          = 32
-	minAPIKeyLength          = 16
-	defaultRatePerSecond     = 5.0
-	defaultRateBurst         = 20
+	defaultListen              = "127.0.0.1:8080"
+	defaultBasePath            = "/anteroom"
+	defaultDatabase            = "anteroom.db"
+	defaultUpdateInterval      = "1m"
+	defaultBroadcastInterval   = 250 * time.Millisecond
+	defaultGate                = "default"
+	defaultActiveLimit         = 100
+	defaultActiveTimeout       = 5 * time.Minute
+	defaultWaitingTimeout      = time.Minute
+	minSecretLength            = 32
+	minAPIKeyLength            = 16
+	defaultRatePerSecond       = 5.0
+	defaultRateBurst           = 20
+	defaultMaxSockets          = 10000
+	defaultMaxSocketsPerClient = 100
 )
 
 // LoadConfig reads the YAML file at path (none when path is empty), applies
@@ -179,6 +188,16 @@ func (c *Config) applyEnv(environ []string) error {
 			c.Bypass = splitList(v)
 		case "ANTEROOM_API_KEYS":
 			c.APIKeys = splitList(v)
+		case "ANTEROOM_WEBSOCKET_MAX_CONNECTIONS", "ANTEROOM_WEBSOCKET_MAX_PER_CLIENT":
+			var n int
+			if n, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
+				err = fmt.Errorf("%q is not a whole number", v)
+			}
+			if k == "ANTEROOM_WEBSOCKET_MAX_CONNECTIONS" {
+				c.Websocket.MaxConnections = &n
+			} else {
+				c.Websocket.MaxPerClient = &n
+			}
 		case "ANTEROOM_TRUSTED_PROXIES":
 			c.TrustedProxies = splitList(v)
 		case "ANTEROOM_RATE_LIMIT_PER_SECOND":
@@ -301,6 +320,14 @@ func (c *Config) fillDefaults() {
 	if c.RateLimit.Burst == 0 {
 		c.RateLimit.Burst = defaultRateBurst
 	}
+	if c.Websocket.MaxConnections == nil {
+		n := defaultMaxSockets
+		c.Websocket.MaxConnections = &n
+	}
+	if c.Websocket.MaxPerClient == nil {
+		n := defaultMaxSocketsPerClient
+		c.Websocket.MaxPerClient = &n
+	}
 	if len(c.Gates) == 0 {
 		c.Gates = map[string]GateConfig{defaultGate: {}}
 	}
@@ -373,6 +400,12 @@ func (c Config) Validate() error {
 	}
 	if c.RateLimit.Burst < 0 {
 		return bad("rate_limit.burst", "must not be negative")
+	}
+	if n := c.Websocket.MaxConnections; n != nil && *n < 0 {
+		return bad("websocket.max_connections", "must not be negative (0: no cap)")
+	}
+	if n := c.Websocket.MaxPerClient; n != nil && *n < 0 {
+		return bad("websocket.max_per_client", "must not be negative (0: no cap)")
 	}
 	if _, err := c.TrustedNetworks(); err != nil {
 		return err

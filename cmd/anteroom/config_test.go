@@ -59,6 +59,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{name: "short api key", yaml: "api_keys: [abc]\n", wantErr: "api_keys[0]: must be at least 16 characters"},
 		{name: "bad trusted proxy", yaml: "trusted_proxies: [\"10.0.0.0/33\"]\n", wantErr: "trusted_proxies[0]: \"10.0.0.0/33\" is neither"},
 		{name: "negative rate", yaml: "rate_limit:\n  per_second: -1\n", wantErr: "rate_limit.per_second"},
+		{name: "negative socket cap", yaml: "websocket:\n  max_per_client: -1\n", wantErr: "websocket.max_per_client"},
 		{name: "bad log level", yaml: "log_level: loud\n", wantErr: "log_level"},
 		{name: "env: bad limit", env: []string{"ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=many"}, wantErr: "environment ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT: \"many\" is not a whole number"},
 		{name: "env: unknown variable", env: []string{"ANTEROOM_LISTN=x"}, wantErr: "environment ANTEROOM_LISTN: unknown variable"},

@@ -100,9 +100,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	}
 
 	hub := broadcast.New(broadcast.Options{
-		Interval:       time.Duration(cfg.BroadcastInterval),
-		OriginPatterns: cfg.AllowedOrigins,
-		Logger:         log,
+		Interval:                time.Duration(cfg.BroadcastInterval),
+		OriginPatterns:          cfg.AllowedOrigins,
+		MaxConnections:          *cfg.Websocket.MaxConnections,
+		MaxConnectionsPerClient: *cfg.Websocket.MaxPerClient,
+		Logger:                  log,
 	})
 	defer hub.Close()
 

@@ -1,0 +1,491 @@
+package broadcast
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math"
+	"path"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// Defaults applied by New to zero (or negative) Options fields.
+const (
+	DefaultInterval     = 250 * time.Millisecond
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultPingInterval = 30 * time.Second
+	DefaultReadLimit    = 512
+)
+
+// Errors returned by Serve (and, up to the handshake, Handoff). A socket that
+// ends because the client closed or vanished, or because the hub closed,
+// ends without error.
+var (
+	// ErrClosed: the hub was closed before the socket could be served; Serve
+	// answered 503 without upgrading.
+	ErrClosed = errors.New("broadcast: hub closed")
+	// ErrTooManyConnections: Options.MaxConnections sockets were already open;
+	// the socket was accepted and closed at once with StatusTryAgainLater.
+	ErrTooManyConnections = errors.New("broadcast: too many connections")
+	// ErrClientMessage: the client sent a data message; the socket was closed
+	// with StatusPolicyViolation.
+	ErrClientMessage = errors.New("broadcast: client sent a data message")
+	// ErrSlowClient: a write or a ping's pong took longer than
+	// Options.WriteTimeout; the socket was closed.
+	ErrSlowClient = errors.New("broadcast: client too slow")
+)
+
+// Options configure a Hub. Zero fields take the defaults above.
+type Options struct {
+	// Interval is the coalescing window: at most one global message per gate
+	// per Interval. Default DefaultInterval.
+	Interval time.Duration
+	// WriteTimeout bounds each write and each ping's round trip; a socket that
+	// exceeds it is closed. Default DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// PingInterval is how often each socket is pinged. Default
+	// DefaultPingInterval.
+	PingInterval time.Duration
+	// ReadLimit is the read limit set on each socket (Conn.SetReadLimit).
+	// Clients are not supposed to send anything: any data message, of any
+	// size, closes the socket with StatusPolicyViolation before its payload
+	// is read, so this only bounds what the library would ever buffer.
+	// Default DefaultReadLimit.
+	ReadLimit int64
+	// OriginPatterns are passed to websocket.AcceptOptions: the hosts of
+	// cross-origin pages allowed to open a socket. Empty allows the same host
+	// only; other handshakes are refused with 403.
+	OriginPatterns []string
+	// MaxConnections caps the sockets served at once; a socket over the cap is
+	// closed right after the handshake with StatusTryAgainLater. 0: no cap.
+	MaxConnections int
+	// MaxConnectionsPerClient caps the sockets one client (Subscription.Client,
+	// its IP address) may hold at once; one over the cap is closed right after
+	// the handshake with StatusTryAgainLater. 0: no cap.
+	MaxConnectionsPerClient int
+	// Logger receives per-socket events at Debug level and hub events at
+	// Info. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Close reasons sent to clients.
+const (
+	reasonShutdown      = "anteroom: server shutting down"
+	reasonTooMany       = "anteroom: too many connections, retry later"
+	reasonTooManyClient = "anteroom: too many connections from this address"
+	reasonClientMessage = "anteroom: this socket is receive-only"
+)
+
+// Hub fans out the global and per-session messages of every gate to the
+// sockets subscribed to it. It implements session.Publisher. All methods are
+// safe for concurrent use.
+type Hub struct {
+	opts Options
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	gates  map[string]*gate
+	closed bool
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+	conns  atomic.Int64 // sockets being served, for MaxConnections
+
+	clientsMu sync.Mutex
+	clients   map[string]int // sockets per Subscription.Client, for MaxConnectionsPerClient
+
+	subscribers    atomic.Int64
+	globalsEncoded atomic.Uint64
+	sent           atomic.Uint64
+	dropped        atomic.Uint64
+	slowClosed     atomic.Uint64
+	rejected       atomic.Uint64
+}
+
+var _ session.Publisher = (*Hub)(nil)
+
+// gate is one gate's subscribers and coalescing state.
+type gate struct {
+	name string
+	wake chan struct{} // cap 1: PublishGlobal → run
+
+	mu        sync.Mutex // guards the four fields below
+	latest    session.GlobalView
+	hasLatest bool
+	sentView  session.GlobalView // the view of sentFrame
+	sentFrame *frame             // the last global message encoded; nil before the first
+
+	subsMu sync.Mutex // held during a fan-out
+	subs   []*subscriber
+
+	sessMu   sync.Mutex // never held long: PublishSession takes it
+	sessions map[string][]*subscriber
+}
+
+// frame is one encoded message, shared by every mailbox it is put in.
+type frame struct{ data []byte }
+
+// subscriber is one socket's (or one test's) mailbox.
+type subscriber struct {
+	gate *gate
+	id   string // session id, "" when none
+	idx  int    // index in gate.subs, guarded by gate.subsMu
+
+	global atomic.Pointer[frame]               // newest global not yet written
+	sess   atomic.Pointer[session.SessionView] // newest session view not yet written
+	wake   chan struct{}                       // cap 1
+}
+
+func (s *subscriber) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// New returns a running Hub. It never fails; an OriginPatterns entry that is
+// not a valid path.Match pattern is logged (the library then refuses every
+// cross-origin handshake it would be matched against).
+func New(opts Options) *Hub {
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.PingInterval <= 0 {
+		opts.PingInterval = DefaultPingInterval
+	}
+	if opts.ReadLimit <= 0 {
+		opts.ReadLimit = DefaultReadLimit
+	}
+	if opts.MaxConnections < 0 {
+		opts.MaxConnections = 0
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	opts.OriginPatterns = append([]string(nil), opts.OriginPatterns...)
+	for _, p := range opts.OriginPatterns {
+		if _, err := path.Match(p, ""); err != nil {
+			opts.Logger.Error("broadcast: invalid origin pattern", "pattern", p, "err", err)
+		}
+	}
+	return &Hub{
+		opts:  opts,
+		log:   opts.Logger,
+		gates: make(map[string]*gate),
+		done:  make(chan struct{}),
+	}
+}
+
+// PublishGlobal records v as its gate's current view and wakes the gate's
+// fan-out, which sends it at once if the gate was quiet for an Interval and
+// otherwise at the end of the current window (unless a later view replaces
+// it). It never blocks on sockets and does nothing after Close.
+func (h *Hub) PublishGlobal(v session.GlobalView) {
+	g := h.gate(v.Gate)
+	if g == nil {
+		return
+	}
+	sanitize(&v)
+	g.mu.Lock()
+	g.latest, g.hasLatest = v, true
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// PublishSession puts v in the session mailbox of every socket subscribed
+// with v.Gate and v.Session, replacing an unwritten older session view. It
+// is not coalesced, never blocks on sockets, and does nothing when no socket
+// names the session or after Close.
+func (h *Hub) PublishSession(v session.SessionView) {
+	h.mu.Lock()
+	g := h.gates[v.Gate]
+	h.mu.Unlock()
+	if g == nil || v.Session == "" {
+		return
+	}
+	g.sessMu.Lock()
+	subs := g.sessions[v.Session]
+	if len(subs) > 0 {
+		sanitize(&v.GlobalView)
+		p := &v
+		for _, s := range subs {
+			if s.sess.Swap(p) != nil {
+				h.dropped.Add(1)
+			}
+			s.signal()
+		}
+	}
+	g.sessMu.Unlock()
+}
+
+// Stats is a snapshot of the hub's counters.
+type Stats struct {
+	Subscribers    int64  // subscribers registered now
+	Gates          int    // gates known to the hub
+	GlobalsEncoded uint64 // global messages encoded (once each, whatever the subscriber count)
+	Sent           uint64 // messages written to sockets, initial ones included
+	Dropped        uint64 // unwritten messages replaced in a mailbox by a newer one
+	SlowClosed     uint64 // sockets closed because a write or ping outlasted WriteTimeout
+	Rejected       uint64 // sockets refused by MaxConnections
+}
+
+// Stats returns the hub's counters. It never fails.
+func (h *Hub) Stats() Stats {
+	h.mu.Lock()
+	n := len(h.gates)
+	h.mu.Unlock()
+	return Stats{
+		Subscribers:    h.subscribers.Load(),
+		Gates:          n,
+		GlobalsEncoded: h.globalsEncoded.Load(),
+		Sent:           h.sent.Load(),
+		Dropped:        h.dropped.Load(),
+		SlowClosed:     h.slowClosed.Load(),
+		Rejected:       h.rejected.Load(),
+	}
+}
+
+// Close closes every socket with StatusGoingAway, stops the fan-out
+// goroutines and their timers, and waits until every Serve has returned
+// (each close handshake is bounded by the library's 5 s timeouts). Later
+// publishes are ignored and later Serve calls answer 503. It is idempotent
+// and always returns nil.
+func (h *Hub) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.wg.Wait()
+		return nil
+	}
+	h.closed = true
+	close(h.done)
+	h.mu.Unlock()
+	h.log.Info("broadcast: closing hub", "subscribers", h.subscribers.Load())
+	h.wg.Wait()
+	return nil
+}
+
+// gate returns the named gate, creating it and starting its fan-out
+// goroutine on first use; nil once the hub is closed.
+func (h *Hub) gate(name string) *gate {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	g := h.gates[name]
+	if g == nil {
+		g = &gate{
+			name:     name,
+			wake:     make(chan struct{}, 1),
+			sessions: make(map[string][]*subscriber),
+		}
+		h.gates[name] = g
+		h.wg.Add(1)
+		go h.run(g)
+	}
+	return g
+}
+
+// enter registers a Serve call with Close; false once the hub is closed.
+func (h *Hub) enter() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.wg.Add(1)
+	return true
+}
+
+// run is a gate's fan-out loop: leading edge at once, then at most one
+// message per Interval while changes keep coming.
+func (h *Hub) run(g *gate) {
+	defer h.wg.Done()
+	t := time.NewTimer(h.opts.Interval)
+	t.Stop()
+	defer t.Stop()
+	for {
+		select {
+		case <-g.wake:
+		case <-h.done:
+			return
+		}
+		for {
+			select { // this pass looks at the latest view: drop its wake-up
+			case <-g.wake:
+			default:
+			}
+			f := h.encodeLatest(g)
+			if f == nil {
+				break // nothing changed: quiet, the next change is a leading edge
+			}
+			h.fanout(g, f)
+			t.Reset(h.opts.Interval)
+			select {
+			case <-t.C:
+			case <-h.done:
+				return
+			}
+		}
+	}
+}
+
+type globalMsg struct {
+	Type string `json:"type"`
+	session.GlobalView
+}
+
+type sessionMsg struct {
+	Type string `json:"type"`
+	session.SessionView
+}
+
+// sanitize replaces a NaN or infinite rate, which JSON cannot carry (and a
+// NaN would never compare equal to the last view sent), with 0.
+func sanitize(v *session.GlobalView) {
+	if r := v.AdmittedPerMinute; math.IsNaN(r) || math.IsInf(r, 0) {
+		v.AdmittedPerMinute = 0
+	}
+}
+
+// encodeGlobal and encodeSession cannot fail: the views hold only strings,
+// integers and a sanitized float.
+func encodeGlobal(v session.GlobalView) []byte {
+	sanitize(&v)
+	b, _ := json.Marshal(globalMsg{Type: "global", GlobalView: v})
+	return b
+}
+
+func encodeSession(v *session.SessionView) []byte {
+	c := *v
+	sanitize(&c.GlobalView)
+	b, _ := json.Marshal(sessionMsg{Type: "session", SessionView: c})
+	return b
+}
+
+// encodeLatest encodes the gate's latest view as its new sent frame, or
+// returns nil when it equals the last one sent.
+func (h *Hub) encodeLatest(g *gate) *frame {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.hasLatest || (g.sentFrame != nil && g.latest == g.sentView) {
+		return nil
+	}
+	f := &frame{data: encodeGlobal(g.latest)}
+	g.sentView, g.sentFrame = g.latest, f
+	h.globalsEncoded.Add(1)
+	return f
+}
+
+// fanout puts f in every subscriber's global mailbox and wakes it.
+func (h *Hub) fanout(g *gate, f *frame) {
+	var dropped uint64
+	g.subsMu.Lock()
+	for _, s := range g.subs {
+		if s.global.Swap(f) != nil {
+			dropped++
+		}
+		s.signal()
+	}
+	g.subsMu.Unlock()
+	if dropped > 0 {
+		h.dropped.Add(dropped)
+	}
+}
+
+// register adds a subscriber for sub and fills its mailbox with the initial
+// messages; nil once the hub is closed.
+//
+// The initial global is the gate's latest published view when there is one
+// (the caller's sub.Global may predate a publish that happened before the
+// subscriber was registered), else sub.Global. Mailbox slots are filled
+// only if a fan-out has not already put something newer there.
+func (h *Hub) register(sub Subscription) *subscriber {
+	g := h.gate(sub.Gate)
+	if g == nil {
+		return nil
+	}
+	s := &subscriber{gate: g, id: sub.SessionID, wake: make(chan struct{}, 1)}
+	g.subsMu.Lock()
+	s.idx = len(g.subs)
+	g.subs = append(g.subs, s)
+	g.subsMu.Unlock()
+	if s.id != "" {
+		g.sessMu.Lock()
+		g.sessions[s.id] = append(g.sessions[s.id], s)
+		g.sessMu.Unlock()
+	}
+	h.subscribers.Add(1)
+
+	var f *frame
+	g.mu.Lock()
+	switch {
+	case g.hasLatest && g.sentFrame != nil && g.latest == g.sentView:
+		f = g.sentFrame
+	case g.hasLatest:
+		f = &frame{data: encodeGlobal(g.latest)}
+	}
+	g.mu.Unlock()
+	if f == nil {
+		f = &frame{data: encodeGlobal(sub.Global)}
+	}
+	s.global.CompareAndSwap(nil, f)
+
+	sv := sub.Session
+	if sub.CurrentSession != nil {
+		if cur := sub.CurrentSession(); cur != nil {
+			sv = cur
+		}
+	}
+	if sv != nil {
+		c := *sv
+		s.sess.CompareAndSwap(nil, &c)
+	}
+	s.signal()
+	return s
+}
+
+// unregister removes s from its gate.
+func (h *Hub) unregister(s *subscriber) {
+	g := s.gate
+	g.subsMu.Lock()
+	last := len(g.subs) - 1
+	moved := g.subs[last]
+	g.subs[s.idx] = moved
+	moved.idx = s.idx
+	g.subs[last] = nil
+	g.subs = g.subs[:last]
+	if cap(g.subs) > 64 && len(g.subs) < cap(g.subs)/4 {
+		g.subs = append([]*subscriber(nil), g.subs...)
+	}
+	g.subsMu.Unlock()
+	if s.id != "" {
+		g.sessMu.Lock()
+		list := g.sessions[s.id]
+		for i, x := range list {
+			if x == s {
+				list[i] = list[len(list)-1]
+				list[len(list)-1] = nil
+				list = list[:len(list)-1]
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(g.sessions, s.id)
+		} else {
+			g.sessions[s.id] = list
+		}
+		g.sessMu.Unlock()
+	}
+	h.subscribers.Add(-1)
+}
