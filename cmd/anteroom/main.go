@@ -155,14 +155,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	timeouts := defaultTimeouts
+	if cfg.Upstream != "" {
+		timeouts.read = 0 // uploads to the app may be slow; headers still are bounded
 	}
+	srv := newHTTPServer(handler, log, timeouts)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
@@ -191,6 +188,28 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		log.Warn("anteroom: graceful shutdown incomplete", "err", err)
 	}
 	return nil
+}
+
+// serverTimeouts bound slow clients (slowloris): a request's headers must
+// arrive within readHeader, the whole request within read (0: no bound),
+// and an idle keep-alive connection is closed after idle.
+type serverTimeouts struct {
+	readHeader, read, idle time.Duration
+}
+
+var defaultTimeouts = serverTimeouts{readHeader: 10 * time.Second, read: 30 * time.Second, idle: 2 * time.Minute}
+
+// newHTTPServer is the sidecar's http.Server. There is no write timeout:
+// proxied responses may stream for long.
+func newHTTPServer(h http.Handler, log *slog.Logger, t serverTimeouts) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: t.readHeader,
+		ReadTimeout:       t.read,
+		IdleTimeout:       t.idle,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 func parseLogLevel(s string) (slog.Level, error) {
