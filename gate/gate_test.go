@@ -397,6 +397,15 @@ func TestDemoSecretIsProtectedByValidateSessionIsActive(t *testing.T) {
 	assert.NotEmpty(t, r.body["message"])
 	requireError(t, do(t, waiter, http.MethodGet, h.url+"/demo/api/secret", "", ""), http.StatusForbidden, "session_not_active")
 	requireError(t, do(t, newClient(t), http.MethodGet, h.url+"/demo/api/secret", "", ""), http.StatusUnauthorized, "no_session")
+
+	// Using the protected route keeps the slot past active_timeout.
+	for range 3 {
+		h.clock.Advance(4 * time.Minute)
+		require.Equal(t, http.StatusOK, do(t, active, http.MethodGet, h.url+"/demo/api/secret", "", "").status)
+		_, err := h.waitlist.Update(context.Background())
+		require.NoError(t, err)
+	}
+	assert.Equal(t, http.StatusOK, do(t, active, http.MethodGet, h.url+"/demo/api/secret", "", "").status)
 }
 
 type wsMessage struct {

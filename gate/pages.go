@@ -74,21 +74,22 @@ func htmlPage(c echo.Context, page []byte) error {
 }
 
 // demoSecret is the demo app's protected route: what a host app does with
-// validateSessionIsActive.
+// validateSessionAndRefreshLastActive, so that a visitor using the app keeps
+// the slot.
 func (s *Server) demoSecret(c echo.Context) error {
 	gate := s.opts.DefaultGate
 	id, ok := s.sessionID(c.Request())
 	if !ok {
 		return apiError(codeNoSession, "no valid session: load the demo page first")
 	}
-	if err := s.opts.Waitlist.ValidateSessionIsActive(gate, id); err != nil {
+	if err := s.opts.Waitlist.ValidateSessionAndRefreshLastActive(gate, id); err != nil {
 		if errors.Is(err, session.ErrNotActive) {
 			return apiError(session.CodeNotActive, "you are still waiting in line")
 		}
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]string{
-		"message": "You are in: this JSON came from a route protected by validateSessionIsActive.",
+		"message": "You are in: this JSON came from a route protected by validateSessionAndRefreshLastActive.",
 		"session": id,
 	})
 }

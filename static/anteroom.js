@@ -297,9 +297,11 @@
   // inside the app. It ends by active_timeout, or by release().
   const leaveURL = () => base + '/api/leave?gate=' + enc(gate) + (token ? '&session=' + enc(token) : '');
 
+  let departedAt = 0;
   function depart() {
     if (state !== 'waiting' || departed) return false;
     departed = true;
+    departedAt = Date.now();
     let sent = false;
     try { sent = navigator.sendBeacon(leaveURL()); } catch (e) { /* no beacon */ }
     if (!sent) {
@@ -313,6 +315,12 @@
     if (departed) {
       departed = false;
       join(); // clears the departure mark; onView reconnects
+      // The beacon and this join travel independently: a beacon that lands
+      // after the join would leave the mark set. Back soon after leaving,
+      // join once more a little later (join is idempotent).
+      if (Date.now() - departedAt < 2000) {
+        setTimeout(() => { if (state === 'waiting' && !departed) join(); }, 1000);
+      }
     } else {
       connect();
     }
