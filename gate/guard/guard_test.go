@@ -123,10 +123,10 @@ func TestMiddlewareOnDenied(t *testing.T) {
 	waiting, _ := e.join(t, "bob")
 	for name, c := range checkers(t, e) {
 		t.Run(name, func(t *testing.T) {
-			var denied []error
+			denied := make(chan error, 3)
 			url, reached := app(t, guard.Middleware(c, guard.MiddlewareOptions{
 				OnDenied: func(w http.ResponseWriter, r *http.Request, err error) {
-					denied = append(denied, err)
+					denied <- err
 					http.Redirect(w, r, "/queue", http.StatusSeeOther)
 				},
 			}))
@@ -149,8 +149,8 @@ func TestMiddlewareOnDenied(t *testing.T) {
 			}
 			assert.Equal(t, int64(1), reached.Load())
 			require.Len(t, denied, 2)
-			assert.ErrorIs(t, denied[0], session.ErrNotActive)
-			assert.ErrorIs(t, denied[1], guard.ErrNoSession)
+			assert.ErrorIs(t, <-denied, session.ErrNotActive)
+			assert.ErrorIs(t, <-denied, guard.ErrNoSession)
 		})
 	}
 }
@@ -307,5 +307,31 @@ func TestErrNoSessionMatchesNoSessionError(t *testing.T) {
 	for _, s := range []error{session.ErrNotActive, session.ErrNotFound, session.ErrUnavailable, session.ErrInternal} {
 		assert.False(t, errors.Is(guard.ErrNoSession, s))
 		assert.False(t, errors.Is(s, guard.ErrNoSession))
+	}
+}
+
+// TestMiddlewareRedirectToWaitingPage: browsers are sent to the sidecar's
+// waiting page, which comes back to where they were going; API clients
+// still get JSON.
+func TestMiddlewareRedirectToWaitingPage(t *testing.T) {
+	e := newEnv(t, 1)
+	e.join(t, "alice")
+	waiting, _ := e.join(t, "bob")
+	sidecarOrigin := strings.TrimSuffix(e.sidecarBase, basePath)
+	for name, c := range checkers(t, e) {
+		t.Run(name, func(t *testing.T) {
+			url, reached := app(t, guard.Middleware(c, guard.MiddlewareOptions{RedirectToWaitingPage: true}))
+			for _, tok := range []string{waiting, ""} {
+				r := get(t, url+"/app?x=1", tok, viaCookie, acceptBrowser)
+				require.Equal(t, http.StatusSeeOther, r.status, r.raw)
+				loc := r.header.Get("Location")
+				assert.Equal(t, "/anteroom/?gate=default&next=%2Fapp%3Fx%3D1", loc)
+				page := get(t, sidecarOrigin+loc, "", viaCookie, acceptBrowser)
+				require.Equal(t, http.StatusOK, page.status, page.raw)
+				assert.Contains(t, page.raw, `data-redirect-url="/app?x=1"`)
+			}
+			requireJSONError(t, get(t, url, waiting, viaCookie, acceptJSON), http.StatusForbidden, "session_not_active")
+			assert.Zero(t, reached.Load())
+		})
 	}
 }

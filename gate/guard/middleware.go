@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -33,6 +34,11 @@ type MiddlewareOptions struct {
 	// of ValidateSessionAndRefreshLastActive. Default false: every allowed
 	// request counts as activity, so an active user is not timed out.
 	SkipRefresh bool
+	// RedirectToWaitingPage sends browser navigations a 303 to the
+	// sidecar's own waiting page, BasePath+"/?gate=<gate>&next=<path>",
+	// instead of the inline page; once admitted, the page goes back to
+	// <path>, the request's path and query. Default false: the inline page.
+	RedirectToWaitingPage bool
 	// WantsPage tells a browser navigation, which gets the waiting page, from
 	// an API call, which gets JSON. Default: the package's WantsPage.
 	WantsPage func(r *http.Request) bool
@@ -77,7 +83,8 @@ func New(checker Checker, opts MiddlewareOptions) *Guard {
 //   - No valid session (ErrNoSession): 401; waiting (*NotActiveError): 403
 //     with Retry-After. A browser navigation (WantsPage) gets the waiting
 //     page inline, at the URL it asked for: the page joins the line through
-//     BasePath and reloads itself once admitted, which then passes. Anything
+//     BasePath and reloads itself once admitted, which then passes (or,
+//     with RedirectToWaitingPage, a 303 to the sidecar's waiting page). Anything
 //     else gets the sidecar's JSON error body
 //     {"error":{"code":"no_session"|"session_not_active","message":...}}.
 //   - session.ErrUnavailable: 503 JSON with code "unavailable" and
@@ -85,9 +92,9 @@ func New(checker Checker, opts MiddlewareOptions) *Guard {
 //
 // Every denial is sent with Cache-Control: no-store.
 //
-// The waiting page is served inline rather than by redirecting to the
-// sidecar's own page, because the sidecar's page cannot send the user back to
-// where they were going.
+// By default the waiting page is served inline, so the URL stays the one the
+// user asked for and no extra round trip is made; RedirectToWaitingPage
+// redirects to the sidecar's page instead (303, with ?next= to come back).
 func Middleware(checker Checker, opts MiddlewareOptions) func(http.Handler) http.Handler {
 	return New(checker, opts).Handler
 }
@@ -148,6 +155,15 @@ func (g *Guard) answer(w http.ResponseWriter, r *http.Request, status int, code 
 		return
 	}
 	h := w.Header()
+	if g.opts.RedirectToWaitingPage {
+		q := url.Values{"gate": {g.checker.Gate()}}
+		if next := r.URL.RequestURI(); localPath(next) {
+			q.Set("next", next)
+		}
+		h.Set("Location", g.opts.BasePath+"/?"+q.Encode())
+		w.WriteHeader(http.StatusSeeOther)
+		return
+	}
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(g.page)))
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -155,6 +171,11 @@ func (g *Guard) answer(w http.ResponseWriter, r *http.Request, status int, code 
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(g.page)
 	}
+}
+
+// localPath reports whether p is a path on this origin, safe as ?next=.
+func localPath(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.HasPrefix(p, "/\\") && !strings.ContainsAny(p, "\r\n")
 }
 
 // WantsPage reports whether r looks like a browser navigation, which gets the

@@ -164,7 +164,8 @@ func TestRemoteCache(t *testing.T) {
 
 	// Alice leaves for good; Bob takes her slot at once.
 	require.NoError(t, e.waitlist.Release(context.Background(), "default", "alice"))
-	require.NoError(t, e.waitlist.ValidateSessionIsActive("default", "bob"))
+	e.settle(t, "alice", false)
+	e.settle(t, "bob", true)
 
 	// Within the TTL the cached answers stand, without asking the sidecar.
 	now.Advance(ttl - time.Millisecond)
@@ -201,6 +202,7 @@ func TestRemoteNoCacheByDefault(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rc.ValidateSessionIsActive(bearer(alice)))
 	require.NoError(t, e.waitlist.Release(context.Background(), "default", "alice"))
+	e.settle(t, "alice", false)
 	require.ErrorIs(t, rc.ValidateSessionIsActive(bearer(alice)), guard.ErrNoSession)
 	assert.Equal(t, int64(2), e.checks.Load())
 }

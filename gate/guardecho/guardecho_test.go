@@ -65,8 +65,14 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) join(t *testing.T, id string) string {
 	t.Helper()
-	_, err := e.waitlist.Join(context.Background(), "default", id)
+	view, err := e.waitlist.Join(context.Background(), "default", id)
 	require.NoError(t, err)
+	if view.Status == session.StatusActive {
+		// The SQLite store may run its commit listener just after answering
+		// Join: wait until the Waitlist's memory has the session.
+		require.Eventually(t, func() bool { return e.waitlist.ValidateSessionIsActive("default", id) == nil },
+			5*time.Second, time.Millisecond)
+	}
 	tok, err := e.signer.Sign(id)
 	require.NoError(t, err)
 	return tok
@@ -164,16 +170,16 @@ func TestMiddlewareOnDenied(t *testing.T) {
 	waiting := e.join(t, "bob")
 	for name, c := range e.checkers {
 		t.Run(name, func(t *testing.T) {
-			var got error
+			got := make(chan error, 1)
 			url := echoApp(t, guardecho.Middleware(c, guard.MiddlewareOptions{
 				OnDenied: func(w http.ResponseWriter, r *http.Request, err error) {
-					got = err
+					got <- err
 					http.Redirect(w, r, "/queue", http.StatusSeeOther)
 				},
 			}))
 			r := get(t, url+"/app", waiting, "")
 			assert.Equal(t, http.StatusSeeOther, r.status)
-			assert.ErrorIs(t, got, session.ErrNotActive)
+			assert.ErrorIs(t, <-got, session.ErrNotActive)
 		})
 	}
 }
