@@ -472,7 +472,7 @@
     hide();
     state = 'left';
     emit('left', view);
-    try { return (await api('POST', '/api/release')).ok; } catch (e) { return false; }
+    try { return (await api('POST', '/api/release?gate=' + enc(gate))).ok; } catch (e) { return false; }
   }
 
   window.anteroom = Object.freeze({

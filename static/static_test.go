@@ -95,7 +95,7 @@ func TestRenderDemoPage(t *testing.T) {
 	assert.Contains(t, html, `id="demo-leave"`)
 	assert.Contains(t, html, "/demo/api/secret")
 	assert.Contains(t, html, "anteroom:active")
-	assert.Contains(t, html, "base + '/api/release'")
+	assert.Contains(t, html, "base + '/api/release?gate='")
 	assert.Contains(t, html, `var base = "/anteroom";`, "base path as a JS string")
 }
 
