@@ -322,8 +322,11 @@ func TestCheckForwardAuth(t *testing.T) {
 
 	r := do(t, active, http.MethodGet, h.url+base+"/check", "", "")
 	assert.Equal(t, http.StatusOK, r.status)
+	status := do(t, active, http.MethodGet, h.url+base+"/api/status", "", "")
+	assert.Equal(t, status.body["session"], r.header.Get(gate.SessionHeader), "the 200 names the session for the proxy to pass on")
 	r = do(t, waiter, http.MethodGet, h.url+base+"/check", "", "")
 	requireError(t, r, http.StatusForbidden, "session_not_active")
+	assert.Empty(t, r.header.Get(gate.SessionHeader))
 	assert.NotEmpty(t, r.header.Get("Retry-After"))
 	requireError(t, do(t, newClient(t), http.MethodGet, h.url+base+"/check", "", ""), http.StatusUnauthorized, "no_session")
 	requireError(t, do(t, active, http.MethodGet, h.url+base+"/check?gate=nope", "", ""), http.StatusNotFound, "unknown_gate")

@@ -31,6 +31,10 @@ import (
 // CookieName is the cookie that carries the session token.
 const CookieName = guard.CookieName
 
+// SessionHeader names the session on a 200 answer of the forward-auth check,
+// so that a proxy can hand the session id to the app.
+const SessionHeader = "X-Anteroom-Session"
+
 // GateHeader names the gate in forward-auth requests when ?gate= cannot.
 const GateHeader = "X-Anteroom-Gate"
 
@@ -426,10 +430,12 @@ func (s *Server) check(c echo.Context) error {
 		}
 		return apiError(codeNoSession, "no valid session")
 	}
+	c.Response().Header().Set(SessionHeader, id) // for the proxy to pass on to the app (Traefik authResponseHeaders, Caddy copy_headers)
 	err := s.opts.Waitlist.ValidateSessionAndRefreshLastActive(gate, id)
 	if err == nil {
 		return c.NoContent(http.StatusOK)
 	}
+	c.Response().Header().Del(SessionHeader)
 	if !errors.Is(err, session.ErrNotActive) {
 		return err
 	}
@@ -440,6 +446,7 @@ func (s *Server) check(c echo.Context) error {
 	case err != nil:
 		return err
 	case view.Status == session.StatusActive: // promoted between the two reads
+		c.Response().Header().Set(SessionHeader, id)
 		return c.NoContent(http.StatusOK)
 	}
 	setRetryAfter(c, view)
