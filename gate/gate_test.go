@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +17,10 @@ import (
 
 	"github.com/anteroomhq/anteroom/broadcast"
 	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sessiontest"
-	"github.com/anteroomhq/anteroom/session/sqlite"
 )
 
 type harness struct {
@@ -42,34 +39,19 @@ func newHarness(t *testing.T, limit int64) *harness {
 }
 
 // newHarnessWith builds the sidecar over a real SQLite file with a fake
-// clock; configure, when not nil, adjusts the gate options.
+// clock (gatetest); configure, when not nil, adjusts the gate options.
 func newHarnessWith(t *testing.T, limit int64, configure func(*gate.Options)) *harness {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "anteroom.db"), sqlite.Options{Logger: log})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	hub := broadcast.New(broadcast.Options{Interval: time.Millisecond, Logger: log})
-	t.Cleanup(func() { _ = hub.Close() })
-	clock := sessiontest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	gates := []session.GateConfig{
-		{Name: "default", ActiveLimit: limit, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute},
-		{Name: "vip", ActiveLimit: 1, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute},
-	}
-	wl, err := session.New(context.Background(), store, gates, session.Options{Clock: clock, Publisher: hub, Logger: log, TouchInterval: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = wl.Close() })
-	signer, err := token.NewSigner([]byte(strings.Repeat("s", 32)))
-	require.NoError(t, err)
-	opts := gate.Options{BasePath: base, Waitlist: wl, Signer: signer, Hub: hub, Demo: true, Logger: log}
-	if configure != nil {
-		configure(&opts)
-	}
-	srv, err := gate.New(opts)
-	require.NoError(t, err)
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return &harness{url: ts.URL, waitlist: wl, clock: clock, signer: signer, hub: hub}
+	sc := gatetest.StartSidecar(t, gatetest.Options{
+		Gates: []session.GateConfig{gatetest.Gate("default", limit), gatetest.Gate("vip", 1)},
+		Gate: func(o *gate.Options) {
+			o.Demo = true
+			if configure != nil {
+				configure(o)
+			}
+		},
+	})
+	return &harness{url: sc.URL, waitlist: sc.Waitlist, clock: sc.Clock, signer: sc.Signer, hub: sc.Hub}
 }
 
 // client is a browser-like HTTP client with its own cookie jar.

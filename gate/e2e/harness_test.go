@@ -3,14 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +21,7 @@ import (
 	"github.com/anteroomhq/anteroom/broadcast"
 	"github.com/anteroomhq/anteroom/cronjobs"
 	"github.com/anteroomhq/anteroom/gate"
-	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sqlite"
 )
@@ -54,41 +51,25 @@ func startSidecar(t *testing.T, cfg session.GateConfig) *sidecar {
 	logs := &syncBuffer{}
 	dumpOnFailure(t, "sidecar log", logs)
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "anteroom.db"), sqlite.Options{Logger: log})
-	if err != nil {
-		t.Fatalf("sqlite.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	hub := broadcast.New(broadcast.Options{Interval: 100 * time.Millisecond, Logger: log})
-	t.Cleanup(func() { _ = hub.Close() })
-	wl, err := session.New(context.Background(), store, []session.GateConfig{cfg}, session.Options{Publisher: hub, Logger: log})
-	if err != nil {
-		t.Fatalf("session.New: %v", err)
-	}
-	t.Cleanup(func() { _ = wl.Close() })
+	sc := gatetest.StartSidecar(t, gatetest.Options{
+		Gates:         []session.GateConfig{cfg},
+		RealClock:     true,
+		TouchInterval: time.Second,
+		Hub:           broadcast.Options{Interval: 100 * time.Millisecond},
+		Gate:          func(o *gate.Options) { o.Demo = true },
+		Logger:        log,
+	})
 	schedule, err := cronjobs.ParseSchedule("1s")
 	if err != nil {
 		t.Fatalf("cronjobs.ParseSchedule: %v", err)
 	}
-	sched := cronjobs.Start(wl, schedule, cronjobs.Options{Logger: log})
+	sched := cronjobs.Start(sc.Waitlist, schedule, cronjobs.Options{Logger: log})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = sched.Stop(ctx)
 	})
-	signer, err := token.NewSigner([]byte(rand.Text() + rand.Text()))
-	if err != nil {
-		t.Fatalf("token.NewSigner: %v", err)
-	}
-	handler, err := gate.New(gate.Options{BasePath: basePath, Waitlist: wl, Signer: signer, Hub: hub, Demo: true, Logger: log})
-	if err != nil {
-		t.Fatalf("gate.New: %v", err)
-	}
-	ts := httptest.NewServer(handler) // 127.0.0.1:0
-	// Sockets are hijacked: close them (hub) before waiting for the server.
-	t.Cleanup(func() { _ = hub.Close(); ts.Close() })
-	return &sidecar{url: ts.URL, store: store, waitlist: wl, logs: logs}
+	return &sidecar{url: sc.URL, store: sc.Store, waitlist: sc.Waitlist, logs: logs}
 }
 
 // session reads a session row straight from the store (LastActive included,

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -34,12 +33,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/anteroomhq/anteroom/broadcast"
 	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
-	"github.com/anteroomhq/anteroom/session/sessiontest"
-	"github.com/anteroomhq/anteroom/session/sqlite"
 )
 
 const (
@@ -164,29 +161,12 @@ type sidecar struct{ addr string }
 // everyone through and fail the test.
 func startSidecar(t *testing.T) sidecar {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "anteroom.db"), sqlite.Options{Logger: log})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	hub := broadcast.New(broadcast.Options{Interval: time.Millisecond, Logger: log})
-	t.Cleanup(func() { _ = hub.Close() })
-	clock := sessiontest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	gates := []session.GateConfig{
-		{Name: "default", ActiveLimit: 1, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute},
-		{Name: "open", ActiveLimit: 100, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute},
-	}
-	wl, err := session.New(context.Background(), store, gates, session.Options{Clock: clock, Publisher: hub, Logger: log, TouchInterval: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = wl.Close() })
-	signer, err := token.NewSigner([]byte(strings.Repeat("s", 32)))
-	require.NoError(t, err)
-	srv, err := gate.New(gate.Options{
-		BasePath: base, DefaultGate: "open", Waitlist: wl, Signer: signer, Hub: hub, Demo: false, Logger: log,
+	sc := gatetest.StartSidecar(t, gatetest.Options{
+		Gates: []session.GateConfig{gatetest.Gate("default", 1), gatetest.Gate("open", 100)},
+		// A config that forgets to pin the gate gets "open" and lets everyone in.
+		Gate: func(o *gate.Options) { o.DefaultGate = "open" },
 	})
-	require.NoError(t, err)
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return sidecar{addr: ts.Listener.Addr().String()}
+	return sidecar{addr: sc.Server.Listener.Addr().String()}
 }
 
 type app struct {

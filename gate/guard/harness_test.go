@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,8 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/anteroomhq/anteroom/broadcast"
-	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sessiontest"
@@ -43,37 +40,24 @@ type env struct {
 
 func newEnv(t *testing.T, limit int64) *env {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "anteroom.db"), sqlite.Options{Logger: log})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	hub := broadcast.New(broadcast.Options{Interval: time.Millisecond, Logger: log})
-	t.Cleanup(func() { _ = hub.Close() })
-	clock := sessiontest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	gates := []session.GateConfig{
-		{Name: "default", ActiveLimit: limit, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute},
-		{Name: "vip", ActiveLimit: 1, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute},
-	}
-	wl, err := session.New(context.Background(), store, gates, session.Options{Clock: clock, Publisher: hub, Logger: log, TouchInterval: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = wl.Close() })
-	signer, err := token.NewSigner([]byte(strings.Repeat("k", 32)))
-	require.NoError(t, err)
-	sidecar, err := gate.New(gate.Options{BasePath: basePath, Waitlist: wl, Signer: signer, Hub: hub, Logger: log})
-	require.NoError(t, err)
-	e := &env{store: store, waitlist: wl, clock: clock, signer: signer}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == basePath+"/check" {
-			e.checks.Add(1)
-		}
-		if e.failing.Load() {
-			http.Error(w, "boom", http.StatusInternalServerError)
-			return
-		}
-		sidecar.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ts.Close)
-	e.sidecarBase = ts.URL + basePath
+	e := &env{}
+	sc := gatetest.StartSidecar(t, gatetest.Options{
+		Gates: []session.GateConfig{gatetest.Gate("default", limit), gatetest.Gate("vip", 1)},
+		Wrap: func(sidecar http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == basePath+"/check" {
+					e.checks.Add(1)
+				}
+				if e.failing.Load() {
+					http.Error(w, "boom", http.StatusInternalServerError)
+					return
+				}
+				sidecar.ServeHTTP(w, r)
+			})
+		},
+	})
+	e.store, e.waitlist, e.clock, e.signer = sc.Store, sc.Waitlist, sc.Clock, sc.Signer
+	e.sidecarBase = sc.URL + basePath
 	return e
 }
 
