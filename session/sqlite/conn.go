@@ -1,0 +1,282 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// The SQL of the writer. Every statement is prepared once on the writer
+// connection at Open.
+const (
+	sqlSelectGate   = `SELECT next_position, active, waiting FROM gates WHERE name = ?`
+	sqlInsertGate   = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
+	sqlUpdateGate   = `UPDATE gates SET next_position = ?, active = ?, waiting = ? WHERE name = ?`
+	sqlBounds       = `SELECT (SELECT MIN(position) FROM sessions WHERE gate = ?1 AND status = 0), (SELECT MAX(position) FROM sessions WHERE gate = ?1 AND status = 0)`
+	sqlSelectRow    = `SELECT position, status, last_active, created_at FROM sessions WHERE gate = ? AND id = ?`
+	sqlInsertRow    = `INSERT INTO sessions (gate, id, position, status, last_active, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (gate, id) DO NOTHING`
+	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ? WHERE gate = ? AND id = ?`
+	sqlDeleteRow    = `DELETE FROM sessions WHERE gate = ? AND id = ?`
+	sqlFirstWaiters = `SELECT id, position, status, last_active, created_at FROM sessions WHERE gate = ? AND status = 0 ORDER BY position LIMIT ?`
+	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND id IN (SELECT id FROM sessions WHERE gate = ?1 AND status = 0 AND last_active IS NOT NULL AND last_active < ?2 LIMIT ?3)`
+	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND id IN (SELECT id FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NOT NULL AND last_active < ?2 LIMIT ?3) RETURNING id, position, status, last_active, created_at`
+	sqlTouch        = `UPDATE sessions SET last_active = ? WHERE gate = ? AND id = ? AND status = 1`
+	sqlActive       = `SELECT id, position, status, last_active, created_at FROM sessions WHERE gate = ? AND status = 1 AND last_active IS NOT NULL ORDER BY position`
+	sqlSelectMeta   = `SELECT value FROM meta WHERE key = ?`
+	sqlInsertMeta   = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
+	sqlAllRows      = `SELECT id, position, status, last_active, created_at FROM sessions WHERE gate = ?`
+)
+
+// stmt is a statement prepared on the writer's driver connection.
+type stmt struct {
+	st driver.Stmt
+	ex driver.StmtExecContext
+	q  driver.StmtQueryContext
+}
+
+// wconn is the writer's connection. The writer talks to the driver directly,
+// not through database/sql: it is the only user of the connection, and
+// database/sql's locking and argument conversion cost more than a statement
+// of SQLite itself on this path. Used only by the writer goroutine.
+type wconn struct {
+	c    driver.Conn
+	args []driver.NamedValue
+
+	begin, commit, rollback, savepoint, releaseSP, rollbackTo *stmt
+
+	selectGate, insertGate, updateGate, bounds     *stmt
+	selectRow, insertRow, updateRow, deleteRow     *stmt
+	firstWaiters, purgeWaiting, purgeActive, touch *stmt
+	active, selectMeta, insertMeta                 *stmt
+}
+
+func (w *wconn) prepare(ctx context.Context) error {
+	pc, ok := w.c.(driver.ConnPrepareContext)
+	if !ok {
+		return errors.New("driver connection cannot prepare with a context")
+	}
+	for _, p := range []struct {
+		dst **stmt
+		sql string
+	}{
+		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
+		{&w.savepoint, "SAVEPOINT op"}, {&w.releaseSP, "RELEASE op"}, {&w.rollbackTo, "ROLLBACK TO op"},
+		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
+		{&w.selectRow, sqlSelectRow}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow}, {&w.deleteRow, sqlDeleteRow},
+		{&w.firstWaiters, sqlFirstWaiters}, {&w.purgeWaiting, sqlPurgeWaiting}, {&w.purgeActive, sqlPurgeActive}, {&w.touch, sqlTouch},
+		{&w.active, sqlActive}, {&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta},
+	} {
+		st, err := pc.PrepareContext(ctx, p.sql)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", p.sql, err)
+		}
+		s := &stmt{st: st}
+		if s.ex, ok = st.(driver.StmtExecContext); !ok {
+			return errors.New("driver statement cannot execute with a context")
+		}
+		if s.q, ok = st.(driver.StmtQueryContext); !ok {
+			return errors.New("driver statement cannot query with a context")
+		}
+		*p.dst = s
+	}
+	return nil
+}
+
+func (w *wconn) close() error {
+	if w.c == nil {
+		return nil
+	}
+	for _, s := range []*stmt{
+		w.begin, w.commit, w.rollback, w.savepoint, w.releaseSP, w.rollbackTo,
+		w.selectGate, w.insertGate, w.updateGate, w.bounds,
+		w.selectRow, w.insertRow, w.updateRow, w.deleteRow,
+		w.firstWaiters, w.purgeWaiting, w.purgeActive, w.touch,
+		w.active, w.selectMeta, w.insertMeta,
+	} {
+		if s != nil {
+			_ = s.st.Close()
+		}
+	}
+	err := w.c.Close()
+	w.c = nil
+	return err
+}
+
+func (w *wconn) bind(args []any) []driver.NamedValue {
+	w.args = w.args[:0]
+	for i, a := range args {
+		w.args = append(w.args, driver.NamedValue{Ordinal: i + 1, Value: a})
+	}
+	return w.args
+}
+
+// exec runs s and returns the number of rows it changed. A caller's context
+// never reaches the writer's statements: the transaction is shared.
+func (w *wconn) exec(s *stmt, args ...any) (int64, error) {
+	res, err := s.ex.ExecContext(context.Background(), w.bind(args))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// query runs s; the caller reads the rows with next and closes them.
+func (w *wconn) query(s *stmt, args ...any) (driver.Rows, error) {
+	return s.q.QueryContext(context.Background(), w.bind(args))
+}
+
+// queryRow runs s and reads its first row into dest; it reports false when
+// there is none.
+func (w *wconn) queryRow(s *stmt, dest []driver.Value, args ...any) (bool, error) {
+	rows, err := w.query(s, args...)
+	if err != nil {
+		return false, err
+	}
+	err = rows.Next(dest)
+	cerr := rows.Close()
+	if errors.Is(err, io.EOF) {
+		return false, cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, cerr
+}
+
+// sessions reads rows of (id, position, status, last_active, created_at)
+// into out and closes them.
+func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) ([]session.Session, error) {
+	defer rows.Close()
+	var dest [5]driver.Value
+	for {
+		err := rows.Next(dest[:])
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		r := rawRow{
+			id:         asString(dest[0]),
+			position:   asInt(dest[1]),
+			status:     asInt(dest[2]),
+			lastActive: asNullInt(dest[3]),
+			createdAt:  asInt(dest[4]),
+		}
+		out = append(out, r.session(gate))
+	}
+}
+
+func asInt(v driver.Value) int64 {
+	n, _ := v.(int64)
+	return n
+}
+
+func asNullInt(v driver.Value) sql.NullInt64 {
+	n, ok := v.(int64)
+	return sql.NullInt64{Int64: n, Valid: ok}
+}
+
+func asString(v driver.Value) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
+}
+
+// readerStmts are the statements of the read pool.
+type readerStmts struct {
+	get, rows *sql.Stmt
+}
+
+func (r *readerStmts) prepare(ctx context.Context, db *sql.DB) error {
+	var err error
+	if r.get, err = db.PrepareContext(ctx, sqlSelectRow); err != nil {
+		return err
+	}
+	r.rows, err = db.PrepareContext(ctx, sqlAllRows)
+	return err
+}
+
+func (r *readerStmts) close() {
+	for _, st := range []*sql.Stmt{r.get, r.rows} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+}
+
+// Status values in the status column.
+const (
+	dbWaiting = 0
+	dbActive  = 1
+)
+
+type rawRow struct {
+	id         string
+	position   int64
+	status     int64
+	lastActive sql.NullInt64
+	createdAt  int64
+}
+
+func (r *rawRow) session(gate string) session.Session {
+	s := session.Session{
+		Gate:      gate,
+		ID:        r.id,
+		Position:  r.position,
+		Status:    session.StatusWaiting,
+		CreatedAt: fromNanos(r.createdAt),
+	}
+	if r.status == dbActive {
+		s.Status = session.StatusActive
+	}
+	if r.lastActive.Valid {
+		s.LastActive = fromNanos(r.lastActive.Int64)
+	}
+	return s
+}
+
+// scanSession scans a row of sqlSelectRow read through database/sql.
+func scanSession(row *sql.Row, gate, id string) (session.Session, error) {
+	r := rawRow{id: id}
+	if err := row.Scan(&r.position, &r.status, &r.lastActive, &r.createdAt); err != nil {
+		return session.Session{}, err
+	}
+	return r.session(gate), nil
+}
+
+// Times are stored as unix nanoseconds and come back in UTC, without a
+// monotonic reading; the store normalises the instants it is given the same
+// way, so a session reads the same whether it comes from a write or a Get.
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+func normTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return fromNanos(t.UnixNano())
+}
+
+func nullNanos(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+func statusValue(s session.Status) int64 {
+	if s == session.StatusActive {
+		return dbActive
+	}
+	return dbWaiting
+}

@@ -1,0 +1,556 @@
+// Package sqlite is anteroom's embedded session.Store, on modernc.org/sqlite
+// (pure Go, no cgo).
+//
+// # Durability
+//
+// The database runs in WAL mode with synchronous=NORMAL. A committed
+// transaction survives a crash of the process (the WAL is in the OS page
+// cache and is replayed at the next open), which is what anteroom promises.
+// A power loss or kernel crash may lose the last transactions committed
+// before it, never corrupt the file.
+//
+// # One process per file
+//
+// Open takes an exclusive lock on path+".lock" and fails at once when another
+// process holds it (ErrLocked). Owning the file alone is what lets the
+// service answer hot reads from memory, updated only by this Store's commit
+// listener, and lets the Store keep each gate's counters in memory between
+// transactions.
+//
+// # Group commit
+//
+// Every write goes through one writer goroutine on one connection. It takes
+// all operations queued at the time (up to Options.MaxBatch) and runs them in
+// one transaction, each inside its own SAVEPOINT, so a failing operation
+// rolls back only itself. After COMMIT it calls the commit listener once with
+// the merged session.Commit, then answers the callers. If COMMIT fails, every
+// caller of the batch gets the error and the listener is not called. Reads
+// (Get, Rows) use a separate pool of read-only connections.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anteroomhq/anteroom/session"
+	sqlite "modernc.org/sqlite" // also registers the "sqlite" driver
+)
+
+// Options tune a Store. The zero value of each field picks its default.
+type Options struct {
+	// Logger receives migrations applied and storage failures. Default:
+	// slog.Default().
+	Logger *slog.Logger
+	// MaxBatch is the most operations one transaction runs. Default 256.
+	MaxBatch int
+	// QueueLen is how many operations may wait for the writer before callers
+	// block. Default 4 × MaxBatch.
+	QueueLen int
+	// BusyTimeout is how long a connection waits for a lock held inside the
+	// process (a checkpoint, a reader). Default 5s.
+	BusyTimeout time.Duration
+	// ReadConns is the size of the read pool (Get, Rows). Default
+	// max(4, GOMAXPROCS).
+	ReadConns int
+	// CacheKiB is the page cache of the writer connection, in KiB. Default
+	// 16384 (16 MiB).
+	CacheKiB int
+}
+
+const (
+	defaultMaxBatch    = 256
+	defaultBusyTimeout = 5 * time.Second
+	defaultCacheKiB    = 16 << 10
+	defaultUpdateChunk = 1000
+	secretKey          = "token_secret"
+)
+
+// ErrLocked is matched (errors.Is) by the error Open returns when another
+// process holds the database's lock file. That error also matches
+// session.ErrUnavailable.
+var ErrLocked = errors.New("anteroom: database is in use by another process")
+
+type lockedError struct{ path, lockPath string }
+
+func (e *lockedError) Error() string {
+	return fmt.Sprintf("anteroom: database %q is in use by another process (lock %s held)", e.path, e.lockPath)
+}
+
+func (e *lockedError) Is(target error) bool { return target == ErrLocked }
+
+func (e *lockedError) Unwrap() error { return session.ErrUnavailable }
+
+// Stats are counters of a Store's writer since Open.
+type Stats struct {
+	// Ops is the number of operations the writer ran (or skipped because
+	// their context was done).
+	Ops int64
+	// Transactions is the number of transactions committed.
+	Transactions int64
+	// FailedTransactions is the number of transactions rolled back whole
+	// (a failed BEGIN, statement of the batch itself, or COMMIT).
+	FailedTransactions int64
+	// MaxBatch is the largest number of operations one transaction ran.
+	MaxBatch int64
+}
+
+// Store is the SQLite session.Store. Create it with Open; it is safe for
+// concurrent use.
+type Store struct {
+	path     string
+	log      *slog.Logger
+	maxBatch int
+
+	lock   *os.File
+	wc     wconn // the one writer connection, used only by the writer goroutine
+	readDB *sql.DB
+	r      readerStmts
+
+	listener atomic.Pointer[func(session.Commit)]
+
+	mu         sync.RWMutex // held shared by senders, exclusively by Close
+	closed     atomic.Bool
+	ops        chan *op
+	writerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	// Owned by the writer goroutine.
+	cache map[string]*gateEntry
+	b     batch
+
+	stats struct {
+		ops, txs, failed, maxBatch atomic.Int64
+	}
+}
+
+var _ session.Store = (*Store)(nil)
+
+// Open opens (creating it when needed) the database at path, takes the
+// exclusive process lock path+".lock", applies pending migrations and starts
+// the writer. The directory must exist.
+//
+// Errors: an error matching ErrLocked and session.ErrUnavailable when
+// another process holds the lock; session.ErrInvalidArgument for an empty or
+// in-memory path; a session.CodeInternal error when the file cannot be
+// opened or migrated, or was written by a newer schema.
+func Open(path string, opts Options) (*Store, error) {
+	if path == "" || path == ":memory:" || (len(path) >= 5 && path[:5] == "file:") {
+		return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: open: want a file path, got %q", path)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = defaultMaxBatch
+	}
+	if opts.QueueLen <= 0 {
+		opts.QueueLen = 4 * opts.MaxBatch
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = defaultBusyTimeout
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = max(4, runtime.GOMAXPROCS(0))
+	}
+	if opts.CacheKiB <= 0 {
+		opts.CacheKiB = defaultCacheKiB
+	}
+
+	lock, err := acquireLock(path, path+".lock")
+	if err != nil {
+		var le *lockedError
+		if errors.As(err, &le) {
+			return nil, err
+		}
+		return nil, session.Errorf(session.CodeInternal, "sqlite: open: %w", err)
+	}
+	s := &Store{
+		path:       path,
+		log:        opts.Logger,
+		maxBatch:   opts.MaxBatch,
+		lock:       lock,
+		ops:        make(chan *op, opts.QueueLen),
+		writerDone: make(chan struct{}),
+		cache:      make(map[string]*gateEntry),
+	}
+	if err := s.open(opts); err != nil {
+		s.closeDBs()
+		_ = releaseLock(lock)
+		return nil, session.Errorf(session.CodeInternal, "sqlite: open %q: %w", path, err)
+	}
+	go s.run()
+	return s, nil
+}
+
+func dsn(path string, pragmas ...string) string {
+	q := url.Values{}
+	for _, p := range pragmas {
+		q.Add("_pragma", p)
+	}
+	return path + "?" + q.Encode()
+}
+
+func (s *Store) open(opts Options) error {
+	ctx := context.Background()
+	busy := fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds())
+	writerDSN := dsn(s.path, busy,
+		"journal_mode(WAL)",
+		"synchronous(NORMAL)",
+		"temp_store(MEMORY)",
+		fmt.Sprintf("cache_size(-%d)", opts.CacheKiB))
+
+	if err := s.migrate(ctx, writerDSN); err != nil {
+		return err
+	}
+
+	c, err := (&sqlite.Driver{}).Open(writerDSN)
+	if err != nil {
+		return err
+	}
+	s.wc.c = c
+	if err := s.wc.prepare(ctx); err != nil {
+		return err
+	}
+
+	s.readDB, err = sql.Open("sqlite", dsn(s.path, busy, "query_only(1)"))
+	if err != nil {
+		return err
+	}
+	s.readDB.SetMaxOpenConns(opts.ReadConns)
+	s.readDB.SetMaxIdleConns(opts.ReadConns)
+	s.readDB.SetConnMaxLifetime(0)
+	s.readDB.SetConnMaxIdleTime(0)
+	return s.r.prepare(ctx, s.readDB)
+}
+
+// migrate checks the journal mode and applies pending migrations, on a
+// connection of its own that it closes before the writer opens.
+func (s *Store) migrate(ctx context.Context, writerDSN string) error {
+	db, err := sql.Open("sqlite", writerDSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return err
+	}
+	if mode != "wal" {
+		return fmt.Errorf("journal_mode is %q, want wal", mode)
+	}
+	applied, err := migrate(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if len(applied) > 0 {
+		s.log.Info("anteroom: database schema migrated", "path", s.path, "applied", applied, "version", SchemaVersion)
+	}
+	return nil
+}
+
+func (s *Store) closeDBs() error {
+	errs := []error{s.wc.close()}
+	if s.readDB != nil {
+		s.r.close()
+		errs = append(errs, s.readDB.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// SetCommitListener installs fn, called by the writer goroutine after each
+// commit that wrote a session row (Touch excepted), before the callers of
+// that commit are answered. Commits come one at a time, in commit order.
+func (s *Store) SetCommitListener(fn func(session.Commit)) {
+	if fn == nil {
+		s.listener.Store(nil)
+		return
+	}
+	s.listener.Store(&fn)
+}
+
+// Stats returns the writer's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Ops:                s.stats.ops.Load(),
+		Transactions:       s.stats.txs.Load(),
+		FailedTransactions: s.stats.failed.Load(),
+		MaxBatch:           s.stats.maxBatch.Load(),
+	}
+}
+
+// Transactions returns the number of transactions committed since Open
+// (sessiontest.TransactionCounter).
+func (s *Store) Transactions() int64 { return s.stats.txs.Load() }
+
+// Load ensures a row exists for each named gate and returns each gate's state
+// and active sessions (in position order). It runs through the writer, so
+// the snapshot is consistent with the commits the listener sees.
+//
+// Errors: session.ErrInvalidArgument for a malformed gate name,
+// session.ErrUnavailable after Close, the context's error when it is done
+// before the load ran, a session.CodeInternal error on storage failure.
+func (s *Store) Load(ctx context.Context, gates []string) (map[string]session.GateSnapshot, error) {
+	for _, g := range gates {
+		if !session.ValidGateName(g) {
+			return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: load: gate name %q", g)
+		}
+	}
+	o := newOp(ctx, opLoad)
+	o.gates = gates
+	err := s.do(o)
+	snaps := o.snaps
+	putOp(o)
+	return snaps, err
+}
+
+// Join runs session.DecideJoin for id in gate cfg.Name at now, and returns
+// the session as stored afterwards. The gate's row is created when missing.
+//
+// Errors: session.ErrInvalidArgument for an invalid cfg or id,
+// session.ErrUnavailable after Close, the context's error when it is done
+// before the join ran (the join then did not happen), a session.CodeInternal
+// error on storage failure.
+func (s *Store) Join(ctx context.Context, cfg session.GateConfig, id string, now time.Time) (session.Session, error) {
+	return s.sessionOp(ctx, opJoin, cfg, id, now)
+}
+
+// Leave runs session.DecideLeave and returns the session as stored
+// afterwards.
+//
+// Errors: session.ErrNotFound when the session does not exist, and those of
+// Join.
+func (s *Store) Leave(ctx context.Context, cfg session.GateConfig, id string, now time.Time) (session.Session, error) {
+	return s.sessionOp(ctx, opLeave, cfg, id, now)
+}
+
+// Release runs session.DecideRelease: it deletes the session and, when it
+// was active, promotes the first waiters into the freed slot, in the same
+// transaction. It returns the released row.
+//
+// Errors: session.ErrNotFound when the session does not exist, and those of
+// Join.
+func (s *Store) Release(ctx context.Context, cfg session.GateConfig, id string, now time.Time) (session.Session, error) {
+	return s.sessionOp(ctx, opRelease, cfg, id, now)
+}
+
+func (s *Store) sessionOp(ctx context.Context, kind opKind, cfg session.GateConfig, id string, now time.Time) (session.Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return session.Session{}, err
+	}
+	if !session.ValidID(id) {
+		return session.Session{}, session.Errorf(session.CodeInvalidArgument, "sqlite: %s: invalid session id %q", kind, id)
+	}
+	o := newOp(ctx, kind)
+	o.cfg, o.id, o.now = cfg, id, now
+	err := s.do(o)
+	sess := o.sess
+	putOp(o)
+	return sess, err
+}
+
+// Touch persists LastActive for the given active sessions of gate in one
+// transaction. Sessions that do not exist or are waiting are skipped. It
+// reports nothing to the commit listener.
+//
+// Errors: session.ErrInvalidArgument for a malformed gate name,
+// session.ErrUnavailable after Close, the context's error when it is done
+// before the touch ran, a session.CodeInternal error on storage failure.
+func (s *Store) Touch(ctx context.Context, gate string, touches []session.Touch) error {
+	if !session.ValidGateName(gate) {
+		return session.Errorf(session.CodeInvalidArgument, "sqlite: touch: gate name %q", gate)
+	}
+	if len(touches) == 0 {
+		return nil
+	}
+	o := newOp(ctx, opTouch)
+	o.cfg.Name, o.touches = gate, touches
+	err := s.do(o)
+	putOp(o)
+	return err
+}
+
+// Update is the cron tick for gate cfg.Name at now: it deletes stale waiting
+// sessions, then stale active ones, then promotes waiters in position order
+// up to session.PromotionCount, touching at most chunk rows per transaction
+// (chunk <= 0 means 1000). The steps go through the writer, so they
+// serialise with joins, and each transaction's commit is reported to the
+// listener. A tick with little to do takes one transaction.
+//
+// Errors: those of Join; on error the report counts what was committed.
+func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Time, chunk int) (session.UpdateReport, error) {
+	start := time.Now()
+	rep := session.UpdateReport{Gate: cfg.Name}
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	if chunk <= 0 {
+		chunk = defaultUpdateChunk
+	}
+	waitingCutoff, activeCutoff := session.StaleCutoffs(cfg, now)
+	step := updateStep{
+		chunk:         chunk,
+		waitingCutoff: waitingCutoff.UnixNano(),
+		activeCutoff:  activeCutoff.UnixNano(),
+	}
+	for !step.finished {
+		o := newOp(ctx, opUpdate)
+		o.cfg, o.now = cfg, now
+		o.upd = step
+		o.upd.purgedWaiting, o.upd.purgedActive, o.upd.promoted = 0, 0, 0
+		err := s.do(o)
+		step = o.upd
+		putOp(o)
+		if err != nil {
+			rep.Duration = time.Since(start)
+			return rep, err
+		}
+		rep.Transactions++
+		rep.PurgedWaiting += step.purgedWaiting
+		rep.PurgedActive += step.purgedActive
+		rep.Promoted += step.promoted
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// Secret returns the token secret kept in the database, or, on first use,
+// stores and returns generate's result. generate runs on the writer, once.
+//
+// Errors: generate's error (wrapped, session.CodeInternal), an
+// ErrInvalidArgument error when it returns an empty secret, and those of
+// Touch.
+func (s *Store) Secret(ctx context.Context, generate func() ([]byte, error)) ([]byte, error) {
+	if generate == nil {
+		return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: secret: nil generator")
+	}
+	o := newOp(ctx, opSecret)
+	o.gen = generate
+	err := s.do(o)
+	secret := o.secret
+	putOp(o)
+	return secret, err
+}
+
+// Get returns the stored session, read from the read pool (it sees every
+// commit whose caller was answered).
+//
+// Errors: session.ErrNotFound, session.ErrUnavailable after Close, a
+// session.CodeInternal error on storage failure.
+func (s *Store) Get(ctx context.Context, gate, id string) (session.Session, error) {
+	if s.closed.Load() {
+		return session.Session{}, session.ErrUnavailable
+	}
+	row := s.r.get.QueryRowContext(ctx, gate, id)
+	sess, err := scanSession(row, gate, id)
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return session.Session{}, session.Errorf(session.CodeNotFound, "sqlite: get: session %q of gate %q not found", id, gate)
+		}
+		return session.Session{}, s.readErr("get", err)
+	}
+	return sess, nil
+}
+
+// Rows returns every session of gate in position order, from the read pool
+// (sessiontest.Inspector). It is meant for tests and tools: it reads the
+// whole gate.
+//
+// Errors: session.ErrUnavailable after Close, a session.CodeInternal error on
+// storage failure.
+func (s *Store) Rows(ctx context.Context, gate string) ([]session.Session, error) {
+	if s.closed.Load() {
+		return nil, session.ErrUnavailable
+	}
+	rows, err := s.r.rows.QueryContext(ctx, gate)
+	if err != nil {
+		return nil, s.readErr("rows", err)
+	}
+	defer rows.Close()
+	var out []session.Session
+	for rows.Next() {
+		var r rawRow
+		if err := rows.Scan(&r.id, &r.position, &r.status, &r.lastActive, &r.createdAt); err != nil {
+			return nil, s.readErr("rows", err)
+		}
+		out = append(out, r.session(gate))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("rows", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Position < out[j].Position })
+	return out, nil
+}
+
+func (s *Store) readErr(what string, err error) error {
+	if s.closed.Load() {
+		return session.Errorf(session.CodeUnavailable, "sqlite: %s: store closed: %w", what, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return session.Errorf(session.CodeInternal, "sqlite: %s: %w", what, err)
+}
+
+// Close stops accepting operations (later calls return
+// session.ErrUnavailable), runs those already queued, closes the database
+// and releases the lock. It is idempotent and returns the first close error.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed.Store(true)
+		close(s.ops)
+		s.mu.Unlock()
+		<-s.writerDone
+		err := s.closeDBs()
+		if lerr := releaseLock(s.lock); lerr != nil {
+			err = errors.Join(err, lerr)
+		}
+		if err != nil {
+			s.closeErr = session.Errorf(session.CodeInternal, "sqlite: close: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// do hands o to the writer and waits for its answer. The wait is not cut
+// short by ctx: once queued, the writer either skips the op (ctx done before
+// it ran) or runs it, and the caller learns which.
+func (s *Store) do(o *op) error {
+	if err := o.ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	if s.closed.Load() {
+		s.mu.RUnlock()
+		return session.ErrUnavailable
+	}
+	select {
+	case s.ops <- o:
+	case <-o.ctx.Done():
+		s.mu.RUnlock()
+		return o.ctx.Err()
+	}
+	s.mu.RUnlock()
+	<-o.done
+	return o.err
+}

@@ -1,0 +1,369 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// opKind names what an op does.
+type opKind uint8
+
+const (
+	opJoin opKind = iota + 1
+	opLeave
+	opRelease
+	opTouch
+	opUpdate
+	opLoad
+	opSecret
+)
+
+func (k opKind) String() string {
+	switch k {
+	case opJoin:
+		return "join"
+	case opLeave:
+		return "leave"
+	case opRelease:
+		return "release"
+	case opTouch:
+		return "touch"
+	case opUpdate:
+		return "update"
+	case opLoad:
+		return "load"
+	case opSecret:
+		return "secret"
+	}
+	return "op"
+}
+
+// op is one operation queued for the writer, with its answer. ops are pooled:
+// the writer never touches an op after signalling done.
+type op struct {
+	kind    opKind
+	ctx     context.Context
+	cfg     session.GateConfig
+	id      string
+	now     time.Time
+	touches []session.Touch
+	gates   []string
+	gen     func() ([]byte, error)
+	upd     updateStep
+
+	sess   session.Session
+	snaps  map[string]session.GateSnapshot
+	secret []byte
+	err    error
+	done   chan struct{}
+}
+
+var opPool = sync.Pool{New: func() any { return &op{done: make(chan struct{}, 1)} }}
+
+func newOp(ctx context.Context, kind opKind) *op {
+	o := opPool.Get().(*op)
+	o.kind, o.ctx = kind, ctx
+	return o
+}
+
+func putOp(o *op) {
+	done := o.done
+	*o = op{done: done}
+	opPool.Put(o)
+}
+
+// updateStep is the state of an Update carried from one transaction to the
+// next, and what one transaction did.
+type updateStep struct {
+	chunk                       int
+	waitingCutoff, activeCutoff int64 // unix nanos
+	phase                       int   // 0 purge waiting, 1 purge active, 2 promote
+	finished                    bool
+
+	purgedWaiting, purgedActive, promoted int64
+}
+
+// gateEntry is the writer's copy of a gate's counters. Owning the file alone,
+// the writer keeps them between transactions and writes them back at the end
+// of each transaction that changed them; it drops its copies when a
+// transaction fails.
+type gateEntry struct {
+	name string
+	c    session.Counters
+
+	inBatch bool // listed in batch.touched
+	save    bool // counters changed in this transaction
+	report  bool // a row changed in this transaction: report the gate's state
+}
+
+type undoEntry struct {
+	name string
+	prev gateEntry
+	had  bool
+}
+
+// batch is the writer's state for one transaction.
+type batch struct {
+	live    []*op
+	touched []*gateEntry
+	events  []session.Event
+	undo    []undoEntry // gates the current op touched, as they were before it
+	broken  error       // the transaction can no longer be committed
+	// poisoned is an op without a savepoint that failed on a storage error:
+	// the transaction is rolled back and run again without it.
+	poisoned *op
+	waiters  []session.Session
+}
+
+// maxPoisoned is how many poisoned ops a batch survives before it fails as a
+// whole: past that, the storage is failing, not an op.
+const maxPoisoned = 3
+
+// Test hooks, set only by this package's tests before Open: an error from
+// testHookOpDone fails an op after it wrote its rows; one from
+// testHookBeforeCommit fails the whole transaction.
+var (
+	testHookOpDone       func(o *op) error
+	testHookBeforeCommit func() error
+)
+
+// savepointed reports whether an op of kind k runs inside a savepoint of its
+// own. Those that write one session row at most (join, leave, secret) do
+// not: a failed statement rolls back only itself, and a storage error, which
+// might have rolled back more, poisons the transaction instead (see
+// runBatch). The savepoint would cost two statements and a copy of every
+// page the op touches on the hottest path.
+func (k opKind) savepointed() bool {
+	switch k {
+	case opJoin, opLeave, opSecret:
+		return false
+	}
+	return true
+}
+
+// beforeWriteError marks an op's failure that came before it wrote
+// anything, so that it does not poison the transaction.
+type beforeWriteError struct{ err error }
+
+func (e *beforeWriteError) Error() string { return e.err.Error() }
+func (e *beforeWriteError) Unwrap() error { return e.err }
+
+// run is the writer goroutine.
+func (s *Store) run() {
+	defer close(s.writerDone)
+	ops := make([]*op, 0, s.maxBatch)
+	for o := range s.ops {
+		ops = append(ops[:0], o)
+		if len(s.ops) == 0 {
+			// Let the callers that are about to queue do so: a batch formed
+			// a moment later is larger, and a commit costs more than an op.
+			runtime.Gosched()
+		}
+	fill:
+		for len(ops) < s.maxBatch {
+			select {
+			case o, ok := <-s.ops:
+				if !ok {
+					break fill
+				}
+				ops = append(ops, o)
+			default:
+				break fill
+			}
+		}
+		s.runBatch(ops)
+		clear(ops)
+	}
+}
+
+func answer(o *op) { o.done <- struct{}{} }
+
+// runBatch runs ops in one transaction, commits, tells the listener, then
+// answers every caller.
+func (s *Store) runBatch(ops []*op) {
+	s.stats.ops.Add(int64(len(ops)))
+	b := &s.b
+	b.live = b.live[:0]
+	for _, o := range ops {
+		if err := o.ctx.Err(); err != nil {
+			o.err = err // skipped: it never ran
+			answer(o)
+			continue
+		}
+		b.live = append(b.live, o)
+	}
+	if n := int64(len(b.live)); n > s.stats.maxBatch.Load() {
+		s.stats.maxBatch.Store(n)
+	}
+	for poisoned := 0; len(b.live) > 0; poisoned++ {
+		gates, err := s.attempt(b)
+		if err == nil {
+			s.stats.txs.Add(1)
+			if fn := s.listener.Load(); fn != nil && (len(b.events) > 0 || len(gates) > 0) {
+				(*fn)(session.Commit{Events: b.events, Gates: gates})
+			}
+			for _, o := range b.live {
+				answer(o)
+			}
+			return
+		}
+		if b.poisoned == nil || poisoned == maxPoisoned {
+			s.failBatch(b, err)
+			return
+		}
+		// One op failed on a storage error without a savepoint to undo it:
+		// roll back, answer it, and run the others again.
+		s.stats.failed.Add(1)
+		_, _ = s.wc.exec(s.wc.rollback)
+		clear(s.cache)
+		s.log.Warn("anteroom: sqlite operation failed; running the rest of its batch again", "path", s.path, "op", b.poisoned.kind.String(), "err", b.poisoned.err)
+		live := b.live[:0]
+		for _, o := range b.live {
+			if o == b.poisoned {
+				answer(o)
+				continue
+			}
+			live = append(live, o)
+		}
+		b.live = live
+	}
+}
+
+// attempt runs b.live in one transaction and commits it. On error the
+// transaction is still open (or gone) and b.poisoned may name the op to
+// blame.
+func (s *Store) attempt(b *batch) (map[string]session.GateState, error) {
+	b.touched = b.touched[:0]
+	b.events = nil // handed to the listener, which may keep it
+	b.broken, b.poisoned = nil, nil
+	if _, err := s.wc.exec(s.wc.begin); err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	for _, o := range b.live {
+		o.err = nil
+		s.runOp(b, o)
+		if b.poisoned != nil {
+			return nil, b.poisoned.err
+		}
+		if b.broken != nil {
+			return nil, b.broken
+		}
+	}
+	gates, err := s.finish(b)
+	if err == nil && testHookBeforeCommit != nil {
+		err = testHookBeforeCommit()
+	}
+	if err == nil {
+		if _, err = s.wc.exec(s.wc.commit); err != nil {
+			err = fmt.Errorf("commit: %w", err)
+		}
+	}
+	return gates, err
+}
+
+// failBatch rolls the transaction back and answers every caller of the batch
+// with err; the listener is not called.
+func (s *Store) failBatch(b *batch, err error) {
+	s.stats.failed.Add(1)
+	_, _ = s.wc.exec(s.wc.rollback) // fails harmlessly when no transaction is open
+	clear(s.cache)
+	s.log.Error("anteroom: sqlite transaction failed", "path", s.path, "ops", len(b.live), "err", err)
+	for _, o := range b.live {
+		o.err = session.Errorf(session.CodeInternal, "sqlite: %s: transaction failed: %w", o.kind, err)
+		answer(o)
+	}
+}
+
+// runOp runs o, inside its own savepoint when o.kind.savepointed(). When o
+// fails, its writes and the writer's copies of what it changed are undone
+// and o keeps its error; the rest of the batch goes on. An op without a
+// savepoint that fails on a storage error poisons the transaction instead.
+func (s *Store) runOp(b *batch, o *op) {
+	b.undo = b.undo[:0]
+	nEvents := len(b.events)
+	sp := o.kind.savepointed()
+	if sp {
+		if _, err := s.wc.exec(s.wc.savepoint); err != nil {
+			b.broken = fmt.Errorf("savepoint: %w", err)
+			return
+		}
+	}
+	err := s.apply(b, o)
+	if err == nil && testHookOpDone != nil {
+		err = testHookOpDone(o)
+	}
+	if err == nil {
+		if sp {
+			if _, rerr := s.wc.exec(s.wc.releaseSP); rerr != nil {
+				b.broken = fmt.Errorf("release savepoint: %w", rerr)
+			}
+		}
+		return
+	}
+	o.err = err
+	b.events = b.events[:nEvents]
+	for i := len(b.undo) - 1; i >= 0; i-- {
+		u := b.undo[i]
+		e := s.cache[u.name]
+		if !u.had {
+			if e != nil {
+				e.inBatch, e.save, e.report = false, false, false
+			}
+			delete(s.cache, u.name)
+			continue
+		}
+		*e = u.prev
+	}
+	if !sp {
+		// A domain error (not found, ...) comes before any write but the
+		// gate row's creation, which may stay. Anything else may have left
+		// a write behind, or lost the transaction.
+		var clean *beforeWriteError
+		if session.CodeOf(err) == session.CodeInternal && !errors.As(err, &clean) {
+			b.poisoned = o
+		}
+		return
+	}
+	if _, rerr := s.wc.exec(s.wc.rollbackTo); rerr != nil {
+		b.broken = fmt.Errorf("rollback to savepoint: %w", rerr)
+		return
+	}
+	if _, rerr := s.wc.exec(s.wc.releaseSP); rerr != nil {
+		b.broken = fmt.Errorf("release savepoint: %w", rerr)
+	}
+}
+
+func (s *Store) apply(b *batch, o *op) error {
+	var err error
+	switch o.kind {
+	case opJoin:
+		err = s.applyJoin(b, o)
+	case opLeave:
+		err = s.applyLeave(b, o)
+	case opRelease:
+		err = s.applyRelease(b, o)
+	case opTouch:
+		err = s.applyTouch(o)
+	case opUpdate:
+		err = s.applyUpdate(b, o)
+	case opLoad:
+		err = s.applyLoad(b, o)
+	case opSecret:
+		err = s.applySecret(o)
+	default:
+		err = fmt.Errorf("unknown op %d", o.kind)
+	}
+	if err != nil && session.CodeOf(err) == session.CodeInternal {
+		var se *session.Error
+		if !errors.As(err, &se) {
+			err = session.Errorf(session.CodeInternal, "sqlite: %s: %w", o.kind, err)
+		}
+	}
+	return err
+}
