@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -395,8 +396,8 @@ func (c Config) Validate() error {
 			return bad(fmt.Sprintf("allowed_origins[%d]", i), "must not be empty")
 		}
 	}
-	if c.RateLimit.PerSecond != nil && *c.RateLimit.PerSecond < 0 {
-		return bad("rate_limit.per_second", "must not be negative (0 turns the limit off)")
+	if r := c.RateLimit.PerSecond; r != nil && (math.IsNaN(*r) || math.IsInf(*r, 0) || *r < 0) {
+		return bad("rate_limit.per_second", "must be a finite number, 0 or more (0 turns the limit off)")
 	}
 	if c.RateLimit.Burst < 0 {
 		return bad("rate_limit.burst", "must not be negative")

@@ -58,8 +58,11 @@ type Sidecar struct {
 	Hub      *broadcast.Hub
 	Signer   *token.Signer
 	// Clock is the fake clock; nil with RealClock.
-	Clock  *sessiontest.Clock
-	Server *httptest.Server
+	Clock *sessiontest.Clock
+	// Handler is the sidecar (wrapped by Options.Wrap), for in-memory
+	// requests; Server serves it on loopback.
+	Handler http.Handler
+	Server  *httptest.Server
 }
 
 // Gate returns a gate config with the given limit, active_timeout 5m and
@@ -122,6 +125,7 @@ func StartSidecar(t testing.TB, opts Options) *Sidecar {
 	if opts.Wrap != nil {
 		handler = opts.Wrap(handler)
 	}
+	sc.Handler = handler
 	sc.Server = httptest.NewServer(handler)
 	// Websockets are hijacked: the hub closes them before the server waits.
 	t.Cleanup(func() { _ = hub.Close(); sc.Server.Close() })
