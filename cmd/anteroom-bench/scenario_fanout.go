@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// fanMark is one timed state change: the bytes that identify its global
+// message and when each socket got it.
+type fanMark struct {
+	data []byte
+	recv []atomic.Int64 // unix ns, 0 until received
+	got  atomic.Int64
+	n    int64
+	done chan struct{}
+}
+
+func (b *bench) fanout(ctx context.Context) ([]Result, error) {
+	n := b.cfg.fanoutN
+	var notes []string
+	// Each process holds one end of every socket, plus a few files.
+	if lim := fileLimit() - 200; n > lim {
+		notes = append(notes, fmt.Sprintf("N capped from %d by RLIMIT_NOFILE", n))
+		n = max(lim, 1)
+	}
+	dir, cleanup, err := tempDir("fanout")
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+
+	// The server runs in a child process (this binary with -serve), so that
+	// each process holds about N descriptors.
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	signer, err := token.NewSigner(secret)
+	if err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-serve", "-serve-dir", dir, "-serve-secret", hex.EncodeToString(secret), "-interval", b.cfg.interval.String()}
+	if b.cfg.cpuProfile != "" {
+		args = append(args, "-cpuprofile", b.cfg.cpuProfile+".server")
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = b.log
+	dieWithParent(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() {
+		_ = stdin.Close() // the child stops when its stdin closes
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	addr, err := readReady(stdout)
+	if err != nil {
+		return nil, err
+	}
+	b.debugf("server child pid %d on %s", cmd.Process.Pid, addr)
+
+	// N waiting sessions (the gate's limit is 0), joined inside the child.
+	t0 := time.Now()
+	resp, err := http.Post("http://"+addr+"/bench/seed?prefix=f&n="+strconv.Itoa(n), "text/plain", nil)
+	if err != nil {
+		return nil, err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return nil, fmt.Errorf("seeding the child: %s", resp.Status)
+	}
+	b.progress("fanout: %d waiting sessions seeded in %s", n, time.Since(t0).Round(time.Millisecond))
+	var mem0, mem1 memStats
+	if err := getJSON(addr, "/bench/mem", &mem0); err != nil {
+		return nil, err
+	}
+
+	// Connect N sockets, each naming its session, from 127.0.0.2...
+	var current atomic.Pointer[fanMark]
+	var initial, closed atomic.Int64
+	clients := make([]*wsClient, n)
+	var mu sync.Mutex
+	defer func() {
+		mu.Lock()
+		for _, c := range clients {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+		mu.Unlock()
+	}()
+	reader := func(i int, ws *wsClient) {
+		first := true
+		for {
+			p, err := ws.next()
+			if err != nil {
+				closed.Add(1)
+				return
+			}
+			if !bytes.HasPrefix(p, globalPrefix) {
+				continue
+			}
+			if first {
+				first = false
+				initial.Add(1)
+			}
+			if m := current.Load(); m != nil && bytes.Contains(p, m.data) && m.recv[i].CompareAndSwap(0, time.Now().UnixNano()) {
+				if m.got.Add(1) == m.n {
+					close(m.done)
+				}
+			}
+		}
+	}
+	t0 = time.Now()
+	var next atomic.Int64
+	var dialErr atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || dialErr.Load() != nil || ctx.Err() != nil {
+					return
+				}
+				tok, err := signer.Sign("f" + strconv.Itoa(i))
+				if err != nil {
+					dialErr.CompareAndSwap(nil, &err)
+					return
+				}
+				local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%b.cfg.fanoutIPs))}
+				ws, err := dialWS(ctx, addr, basePath+"/ws?gate="+gateName+"&session="+tok, local)
+				if errors.Is(err, syscall.EADDRNOTAVAIL) { // 127.0.0.x not configured (not Linux)
+					ws, err = dialWS(ctx, addr, basePath+"/ws?gate="+gateName+"&session="+tok, nil)
+				}
+				if err != nil {
+					err = fmt.Errorf("socket %d: %w", i, err)
+					dialErr.CompareAndSwap(nil, &err)
+					return
+				}
+				mu.Lock()
+				clients[i] = ws
+				mu.Unlock()
+				go reader(i, ws)
+			}
+		})
+	}
+	wg.Wait()
+	if p := dialErr.Load(); p != nil {
+		return nil, *p
+	}
+	if err := waitFor(ctx, 60*time.Second, func() bool { return initial.Load() >= int64(n) }); err != nil {
+		return nil, fmt.Errorf("initial global messages: %d of %d sockets got one (%d closed): %w", initial.Load(), n, closed.Load(), err)
+	}
+	b.progress("fanout: %d sockets open in %s", n, time.Since(t0).Round(time.Millisecond))
+	sleepCtx(ctx, 500*time.Millisecond)
+	if err := getJSON(addr, "/bench/mem", &mem1); err != nil {
+		return nil, err
+	}
+	if b.cfg.cpuProfile != "" { // with the sockets open: where the memory per socket goes
+		if err := saveURL("http://"+addr+"/debug/pprof/heap", b.cfg.cpuProfile+".server.heap"); err != nil {
+			return nil, err
+		}
+	}
+
+	// Time state changes: a join of a new session changes the global view
+	// (waiting+1); the hub sends it at once when the gate was quiet.
+	joiner, err := dialRaw(ctx, addr, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer joiner.Close()
+	joinReq := fmt.Appendf(nil, "POST %s/api/join HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n\r\n", basePath, addr)
+	var lasts, medians, joinMs, serverMs []float64
+	for rep := range b.cfg.fanoutRepeat {
+		sleepCtx(ctx, 2*b.cfg.interval)
+		var g session.GlobalView
+		if err := getJSON(addr, basePath+"/api/global?gate="+gateName, &g); err != nil {
+			return nil, err
+		}
+		var sent0 sentReport
+		if err := getJSON(addr, "/bench/sent", &sent0); err != nil {
+			return nil, err
+		}
+		serverDone := make(chan sentReport, 1)
+		go func() {
+			var r sentReport
+			_ = getJSON(addr, "/bench/sent?until="+strconv.FormatUint(sent0.Sent+uint64(n), 10), &r)
+			serverDone <- r
+		}()
+		m := &fanMark{data: fmt.Appendf(nil, `"waiting":%d,`, g.Waiting+1), recv: make([]atomic.Int64, n), n: int64(n), done: make(chan struct{})}
+		current.Store(m)
+		start := time.Now()
+		status, body, err := joiner.do(joinReq)
+		if err != nil {
+			return nil, err
+		}
+		joinDone := time.Since(start)
+		if status != 200 {
+			return nil, fmt.Errorf("join: status %d: %.200s", status, body)
+		}
+		select {
+		case <-m.done:
+		case <-time.After(60 * time.Second):
+			return nil, fmt.Errorf("after 60 s only %d of %d sockets got the change (%d closed)", m.got.Load(), n, closed.Load())
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		sr := <-serverDone
+		if sr.Sent < sent0.Sent+uint64(n) {
+			return nil, fmt.Errorf("the server sent %d messages, want %d", sr.Sent-sent0.Sent, n)
+		}
+		serverMs = append(serverMs, float64(sr.At-start.UnixNano())/1e6)
+		lat := make([]float64, n)
+		for i := range m.recv {
+			lat[i] = float64(m.recv[i].Load()-start.UnixNano()) / 1e6
+		}
+		slices.Sort(lat)
+		lasts = append(lasts, lat[n-1])
+		medians = append(medians, lat[n/2])
+		joinMs = append(joinMs, float64(joinDone.Microseconds())/1000)
+		b.debugf("fanout %d: join answered in %s, median socket %.1f ms, last %.1f ms", rep+1, joinDone, lat[n/2], lat[n-1])
+	}
+	current.Store(nil)
+	if c := closed.Load(); c > 0 {
+		return nil, fmt.Errorf("%d sockets closed during the run", c)
+	}
+
+	heap := (float64(mem1.HeapInuse+mem1.StackInuse) - float64(mem0.HeapInuse+mem0.StackInuse)) / float64(n) / 1024
+	rss := (float64(mem1.RSS) - float64(mem0.RSS)) / float64(n) / 1024
+	notes = append(notes, fmt.Sprintf("N=%d over %d source IPs; %d changes: last socket ms %s, median socket ms %s, server wrote the last ms %s, join answered ms %s",
+		n, b.cfg.fanoutIPs, len(lasts), fmtList(lasts), fmtList(medians), fmtList(serverMs), fmtList(joinMs)))
+	goroutines := float64(mem1.Goroutines-mem0.Goroutines) / float64(n)
+	return []Result{
+		{Metric: "state change -> last of N sockets", Unit: unitMs, Value: slices.Max(lasts),
+			Check: checkValueMax, Want: 250, Target: "<= 250 ms", Note: joinNotes(notes)},
+		{Metric: "server memory/socket (HeapInuse+StackInuse)", Unit: unitKB, Value: heap,
+			Check: checkValueMax, Want: 16, Target: "<= 16 KB", Note: fmt.Sprintf("child process, after GC: heap %.1f KB + stacks %.1f KB per socket, %.2f goroutines/socket",
+				(float64(mem1.HeapInuse)-float64(mem0.HeapInuse))/float64(n)/1024, (float64(mem1.StackInuse)-float64(mem0.StackInuse))/float64(n)/1024, goroutines)},
+		{Metric: "server memory/socket (VmRSS)", Unit: unitKB, Value: rss,
+			Check: checkValueMax, Want: 16, Target: "<= 16 KB", Note: "child process, after GC and FreeOSMemory"},
+	}, nil
+}
+
+func saveURL(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+func fmtList(v []float64) string {
+	var b []byte
+	for i, f := range v {
+		if i > 0 {
+			b = append(b, '/')
+		}
+		b = strconv.AppendFloat(b, f, 'f', 1, 64)
+	}
+	return string(b)
+}
+
+func joinNotes(notes []string) string {
+	var b bytes.Buffer
+	for i, n := range notes {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(n)
+	}
+	return b.String()
+}
