@@ -118,7 +118,7 @@ func New(opts Options) (*Server, error) {
 	e.HTTPErrorHandler = s.handleError
 	e.IPExtractor = clientIP(opts.TrustedProxies)
 	e.Use(middleware.Recover())
-	e.Use(securityHeaders)
+	e.Use(securityHeaders(opts.BasePath + "/check"))
 	s.echo = e
 
 	e.GET("/healthz", s.healthz)
@@ -137,7 +137,7 @@ func New(opts Options) (*Server, error) {
 	e.GET(b+"/api/status", s.status, limited...)
 	e.GET(b+"/api/global", s.global, limited...)
 	e.GET(b+"/ws", s.socket, limited[1:]...)
-	e.GET(b+"/check", s.check, noStore)
+	e.GET(b+"/check", s.check)
 	e.GET(b+"/anteroom.js", s.snippet)
 	e.GET(b+"/", s.waitingPage)
 	e.GET(b, s.waitingPage)
@@ -182,18 +182,33 @@ func (s *Server) handleError(err error, c echo.Context) {
 	_ = c.JSON(status, body)
 }
 
-func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		h := c.Response().Header()
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "same-origin")
-		return next(c)
+// Constant header values, shared: assigning them to the header map costs no
+// allocation (net/http copies the map before writing and never changes it).
+var (
+	valueNosniff    = []string{"nosniff"}
+	valueSameOrigin = []string{"same-origin"}
+	valueNoStore    = []string{"no-store"}
+)
+
+// securityHeaders sets what every browser-facing answer carries. The
+// forward-auth check is exempt: a proxy reads it, its 200 has no body, and it
+// runs on every request of the app.
+func securityHeaders(checkPath string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if c.Path() != checkPath {
+				h := c.Response().Header()
+				h["X-Content-Type-Options"] = valueNosniff
+				h["Referrer-Policy"] = valueSameOrigin
+			}
+			return next(c)
+		}
 	}
 }
 
 func noStore(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		c.Response().Header().Set("Cache-Control", "no-store")
+		c.Response().Header()["Cache-Control"] = valueNoStore
 		return next(c)
 	}
 }
@@ -208,8 +223,10 @@ func (s *Server) sessionID(r *http.Request) (string, bool) {
 // gateOf names the request's gate: ?gate=, then the X-Anteroom-Gate header,
 // then fromBody, then the default.
 func (s *Server) gateOf(r *http.Request, fromBody string) string {
-	if g := r.URL.Query().Get("gate"); g != "" {
-		return g
+	if r.URL.RawQuery != "" {
+		if g := r.URL.Query().Get("gate"); g != "" {
+			return g
+		}
 	}
 	if g := r.Header.Get(GateHeader); g != "" {
 		return g
@@ -430,12 +447,10 @@ func (s *Server) check(c echo.Context) error {
 		}
 		return apiError(codeNoSession, "no valid session")
 	}
-	c.Response().Header().Set(SessionHeader, id) // for the proxy to pass on to the app (Traefik authResponseHeaders, Caddy copy_headers)
 	err := s.opts.Waitlist.ValidateSessionAndRefreshLastActive(gate, id)
 	if err == nil {
-		return c.NoContent(http.StatusOK)
+		return admitted(c, id)
 	}
-	c.Response().Header().Del(SessionHeader)
 	if !errors.Is(err, session.ErrNotActive) {
 		return err
 	}
@@ -446,11 +461,17 @@ func (s *Server) check(c echo.Context) error {
 	case err != nil:
 		return err
 	case view.Status == session.StatusActive: // promoted between the two reads
-		c.Response().Header().Set(SessionHeader, id)
-		return c.NoContent(http.StatusOK)
+		return admitted(c, id)
 	}
 	setRetryAfter(c, view)
 	return apiError(session.CodeNotActive, "waiting in line")
+}
+
+// admitted answers the check's 200, naming the session for the proxy to pass
+// on to the app (Traefik authResponseHeaders, Caddy copy_headers).
+func admitted(c echo.Context, id string) error {
+	c.Response().Header()[SessionHeader] = []string{id}
+	return c.NoContent(http.StatusOK)
 }
 
 // setRetryAfter tells a waiting client when to ask again (guard.RetryAfter).

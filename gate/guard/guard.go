@@ -126,10 +126,30 @@ func credentialsOf(r *http.Request) credentials {
 	if r.URL != nil && r.URL.RawQuery != "" {
 		c.query = r.URL.Query().Get("session")
 	}
-	if ck, err := r.Cookie(CookieName); err == nil {
-		c.cookie = ck.Value
-	}
+	c.cookie = cookieValue(r.Header, CookieName)
 	return c
+}
+
+// cookieValue finds one cookie by name without parsing the others
+// (http.Request.Cookie builds every cookie of the header): the check runs on
+// every request of the app. Like net/http it takes the first of that name
+// and drops the quotes around a quoted value.
+func cookieValue(h http.Header, name string) string {
+	for _, line := range h["Cookie"] {
+		for line != "" {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+			if !ok || strings.TrimSpace(k) != name {
+				continue
+			}
+			if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			return v
+		}
+	}
+	return ""
 }
 
 // RetryAfter returns when a waiting session should ask again, from its view:

@@ -13,7 +13,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"strings"
+	"sync"
 
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -31,6 +33,9 @@ var MaxLength = session.MaxIDLength + 1 + macLength
 // Signer signs and verifies tokens under one key. Safe for concurrent use.
 type Signer struct {
 	key []byte
+	// macs pools keyed HMAC states: hmac.New costs two hash states and the
+	// keyed pads per call, and Verify sits on every checked request.
+	macs sync.Pool
 }
 
 // NewSigner returns a Signer for secret. It returns an error when secret is
@@ -39,7 +44,9 @@ func NewSigner(secret []byte) (*Signer, error) {
 	if len(secret) < MinSecretLength {
 		return nil, fmt.Errorf("token: secret of %d bytes: want at least %d", len(secret), MinSecretLength)
 	}
-	return &Signer{key: append([]byte(nil), secret...)}, nil
+	s := &Signer{key: append([]byte(nil), secret...)}
+	s.macs.New = func() any { return hmac.New(sha256.New, s.key) }
+	return s, nil
 }
 
 // Sign returns the token for session id. It returns an error when id is not a
@@ -61,17 +68,31 @@ func (s *Signer) Verify(tok string) (string, bool) {
 	if !ok || len(mac) != macLength || !session.ValidID(id) {
 		return "", false
 	}
-	if !hmac.Equal([]byte(mac), []byte(s.mac(id))) {
+	// Compare raw MACs: decode the token's (strictly: no padding, no stray
+	// bits) rather than encode ours.
+	var got, want [sha256.Size]byte
+	if n, err := base64.RawURLEncoding.Strict().Decode(got[:], []byte(mac)); err != nil || n != sha256.Size {
+		return "", false
+	}
+	if !hmac.Equal(got[:], s.sum(id, want[:0])) {
 		return "", false
 	}
 	return id, true
 }
 
-func (s *Signer) mac(id string) string {
-	h := hmac.New(sha256.New, s.key)
+// sum appends the HMAC of id to b.
+func (s *Signer) sum(id string, b []byte) []byte {
+	h := s.macs.Get().(hash.Hash)
+	h.Reset()
 	h.Write([]byte(id))
+	b = h.Sum(b)
+	s.macs.Put(h)
+	return b
+}
+
+func (s *Signer) mac(id string) string {
 	var sum [sha256.Size]byte
-	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0]))
+	return base64.RawURLEncoding.EncodeToString(s.sum(id, sum[:0]))
 }
 
 // NewID returns a fresh random session id: 16 bytes from crypto/rand, as 22
