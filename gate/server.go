@@ -491,8 +491,14 @@ func (s *Server) socket(c echo.Context) error {
 		sub.SessionID = id
 		// Read the session after the socket is registered, so that a
 		// promotion committed in between is not missed.
+		// The closure must not hold the request: the hub may keep it as long
+		// as the socket lives, and the request's headers and contexts would
+		// stay reachable with it.
+		wl := s.opts.Waitlist
 		sub.CurrentSession = func() *session.SessionView {
-			view, err := s.opts.Waitlist.Status(r.Context(), gate, id)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			view, err := wl.Status(ctx, gate, id)
 			if err != nil {
 				return nil
 			}
