@@ -5,6 +5,7 @@
 package gate
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -315,8 +316,8 @@ func (s *Server) join(c echo.Context) error {
 		return err
 	}
 	var req joinRequest
-	if len(strings.TrimSpace(string(body))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(body)))
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
 			return apiError(codeInvalidJSON, "body must be JSON such as {\"gate\":\"default\"}: "+err.Error())
