@@ -6,9 +6,13 @@ import (
 	"log/slog"
 	"math"
 	"path"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -93,6 +97,7 @@ type Hub struct {
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
 	conns  atomic.Int64 // sockets being served, for MaxConnections
+	pool   pool         // write tasks for the writer goroutines
 
 	clientsMu sync.Mutex
 	clients   map[string]int // sockets per Subscription.Client, for MaxConnectionsPerClient
@@ -125,25 +130,41 @@ type gate struct {
 	sessions map[string][]*subscriber
 }
 
-// frame is one encoded message, shared by every mailbox it is put in.
-type frame struct{ data []byte }
+// frame is one encoded global message, shared by every mailbox it is put
+// in: wire is the whole websocket frame, written as is to every socket;
+// data is its payload, the JSON.
+type frame struct{ data, wire []byte }
 
-// subscriber is one socket's (or one test's) mailbox.
+func newFrame(payload []byte) *frame {
+	w := textFrame(payload)
+	return &frame{data: w[len(w)-len(payload):], wire: w}
+}
+
+// subscriber is one socket (or, in tests, an in-memory mailbox): what it is
+// subscribed to, its mailbox, and its write state. It keeps nothing of the
+// request that opened it.
 type subscriber struct {
-	gate *gate
-	id   string // session id, "" when none
-	idx  int    // index in gate.subs, guarded by gate.subsMu
+	gate   *gate
+	id     string // session id, "" when none
+	client string // Subscription.Client, for MaxConnectionsPerClient
+	idx    int    // index in gate.subs, guarded by gate.subsMu
 
 	global atomic.Pointer[frame]               // newest global not yet written
 	sess   atomic.Pointer[session.SessionView] // newest session view not yet written
-	wake   chan struct{}                       // cap 1
-}
+	busy   atomic.Bool                         // a goroutine is writing the mailbox (service)
 
-func (s *subscriber) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	link link            // nil: an in-memory subscriber, whose mailbox nobody writes
+	conn *websocket.Conn // nil for in-memory subscribers
+	end  atomic.Uint32   // endReason: why the hub ended the socket; the first one wins
+
+	wmu         sync.Mutex // guards the four fields below; held for each whole frame written
+	pending     []byte     // bytes the socket has not taken yet, in order; the drain writes them
+	pendingMsgs uint64     // messages in pending, for Stats.Sent
+	draining    bool       // a drain goroutine owns pending
+	werr        error      // the write error that is ending the socket
+
+	pingSent atomic.Int64 // unix ns of the unanswered ping; 0: none
+	nextPing int64        // unix ns; guarded by gate.subsMu
 }
 
 // New returns a running Hub. It never fails; an OriginPatterns entry that is
@@ -174,13 +195,25 @@ func New(opts Options) *Hub {
 			opts.Logger.Error("broadcast: invalid origin pattern", "pattern", p, "err", err)
 		}
 	}
-	return &Hub{
+	h := &Hub{
 		opts:  opts,
 		log:   opts.Logger,
 		gates: make(map[string]*gate),
 		done:  make(chan struct{}),
 	}
+	h.pool.init()
+	n := writers()
+	h.wg.Add(n + 1)
+	for range n {
+		go h.writer()
+	}
+	go h.pinger()
+	return h
 }
+
+// writers is how many writer goroutines a hub runs: writes do not wait on
+// sockets, so a couple per processor keep every processor busy.
+func writers() int { return 2 * runtime.GOMAXPROCS(0) }
 
 // PublishGlobal records v as its gate's current view and wakes the gate's
 // fan-out, which sends it at once if the gate was quiet for an Interval and
@@ -212,6 +245,7 @@ func (h *Hub) PublishSession(v session.SessionView) {
 	if g == nil || v.Session == "" {
 		return
 	}
+	var task []*subscriber
 	g.sessMu.Lock()
 	subs := g.sessions[v.Session]
 	if len(subs) > 0 {
@@ -221,10 +255,13 @@ func (h *Hub) PublishSession(v session.SessionView) {
 			if s.sess.Swap(p) != nil {
 				h.dropped.Add(1)
 			}
-			s.signal()
 		}
+		task = append(task, subs...)
 	}
 	g.sessMu.Unlock()
+	if task != nil {
+		h.pool.submitFirst(task)
+	}
 }
 
 // Stats is a snapshot of the hub's counters.
@@ -254,7 +291,7 @@ func (h *Hub) Stats() Stats {
 	}
 }
 
-// Close closes every socket with StatusGoingAway, stops the fan-out
+// Close closes every socket with StatusGoingAway, stops the hub's
 // goroutines and their timers, and waits until every Serve has returned
 // (each close handshake is bounded by the library's 5 s timeouts). Later
 // publishes are ignored and later Serve calls answer 503. It is idempotent
@@ -268,8 +305,29 @@ func (h *Hub) Close() error {
 	}
 	h.closed = true
 	close(h.done)
+	// Every socket registered so far is in a gate's subs; one registered
+	// later sees done closed and is refused (register).
+	var socks []*subscriber
+	for _, g := range h.gates {
+		g.subsMu.Lock()
+		for _, s := range g.subs {
+			if s.conn != nil {
+				socks = append(socks, s)
+			}
+		}
+		g.subsMu.Unlock()
+	}
+	h.wg.Add(len(socks))
 	h.mu.Unlock()
+	h.pool.close()
 	h.log.Info("broadcast: closing hub", "subscribers", h.subscribers.Load())
+	for _, s := range socks {
+		s.end.CompareAndSwap(0, uint32(endClosed))
+		go func() {
+			defer h.wg.Done()
+			_ = s.conn.Close(websocket.StatusGoingAway, reasonShutdown)
+		}()
+	}
 	h.wg.Wait()
 	return nil
 }
@@ -284,6 +342,7 @@ func (h *Hub) gate(name string) *gate {
 	}
 	g := h.gates[name]
 	if g == nil {
+		name = strings.Clone(name) // the map keeps it: not a piece of some request
 		g = &gate{
 			name:     name,
 			wake:     make(chan struct{}, 1),
@@ -381,41 +440,63 @@ func (h *Hub) encodeLatest(g *gate) *frame {
 	if !g.hasLatest || (g.sentFrame != nil && g.latest == g.sentView) {
 		return nil
 	}
-	f := &frame{data: encodeGlobal(g.latest)}
+	f := newFrame(encodeGlobal(g.latest))
 	g.sentView, g.sentFrame = g.latest, f
 	h.globalsEncoded.Add(1)
 	return f
 }
 
-// fanout puts f in every subscriber's global mailbox and wakes it.
+// fanout puts f in every subscriber's global mailbox and hands the
+// subscribers, in batches, to the writer goroutines.
 func (h *Hub) fanout(g *gate, f *frame) {
 	var dropped uint64
 	g.subsMu.Lock()
-	for _, s := range g.subs {
+	all := make([]*subscriber, len(g.subs))
+	copy(all, g.subs)
+	for _, s := range all {
 		if s.global.Swap(f) != nil {
 			dropped++
 		}
-		s.signal()
 	}
 	g.subsMu.Unlock()
 	if dropped > 0 {
 		h.dropped.Add(dropped)
 	}
+	tasks := make([][]*subscriber, 0, (len(all)+fanoutBatch-1)/fanoutBatch)
+	for len(all) > 0 {
+		n := min(len(all), fanoutBatch)
+		tasks = append(tasks, all[:n:n])
+		all = all[n:]
+	}
+	if len(tasks) > 0 {
+		h.pool.submit(tasks...)
+	}
 }
 
-// register adds a subscriber for sub and fills its mailbox with the initial
-// messages; nil once the hub is closed.
+// register adds a subscriber for sub, writing to l and closed through c
+// (both nil for an in-memory subscriber; out, when not nil, is pointed at
+// it before anyone else can see it), and fills its mailbox with the
+// initial messages; the caller then calls service to write them. It
+// returns nil once the hub is closed.
 //
 // The initial global is the gate's latest published view when there is one
 // (the caller's sub.Global may predate a publish that happened before the
 // subscriber was registered), else sub.Global. Mailbox slots are filled
 // only if a fan-out has not already put something newer there.
-func (h *Hub) register(sub Subscription) *subscriber {
+//
+// The subscriber keeps copies of the gate name, session id and client
+// only: nothing of sub (CurrentSession may hold the upgrade's request) nor
+// of the strings it was cut from.
+func (h *Hub) register(sub Subscription, l link, c *websocket.Conn, out *sockOut) *subscriber {
 	g := h.gate(sub.Gate)
 	if g == nil {
 		return nil
 	}
-	s := &subscriber{gate: g, id: sub.SessionID, wake: make(chan struct{}, 1)}
+	s := &subscriber{gate: g, id: strings.Clone(sub.SessionID), client: strings.Clone(sub.Client), link: l, conn: c}
+	s.nextPing = time.Now().Add(h.opts.PingInterval).UnixNano()
+	if out != nil {
+		out.s.Store(s)
+	}
 	g.subsMu.Lock()
 	s.idx = len(g.subs)
 	g.subs = append(g.subs, s)
@@ -426,6 +507,12 @@ func (h *Hub) register(sub Subscription) *subscriber {
 		g.sessMu.Unlock()
 	}
 	h.subscribers.Add(1)
+	select {
+	case <-h.done: // Close may have listed the sockets before this one was added
+		h.unregister(s)
+		return nil
+	default:
+	}
 
 	var f *frame
 	g.mu.Lock()
@@ -433,11 +520,11 @@ func (h *Hub) register(sub Subscription) *subscriber {
 	case g.hasLatest && g.sentFrame != nil && g.latest == g.sentView:
 		f = g.sentFrame
 	case g.hasLatest:
-		f = &frame{data: encodeGlobal(g.latest)}
+		f = newFrame(encodeGlobal(g.latest))
 	}
 	g.mu.Unlock()
 	if f == nil {
-		f = &frame{data: encodeGlobal(sub.Global)}
+		f = newFrame(encodeGlobal(sub.Global))
 	}
 	s.global.CompareAndSwap(nil, f)
 
@@ -451,7 +538,6 @@ func (h *Hub) register(sub Subscription) *subscriber {
 		c := *sv
 		s.sess.CompareAndSwap(nil, &c)
 	}
-	s.signal()
 	return s
 }
 

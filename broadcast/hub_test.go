@@ -1,16 +1,18 @@
 package broadcast
 
 import (
-	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -50,13 +52,96 @@ func decode(t testing.TB, b []byte) msg {
 	return m
 }
 
+// memLink is an in-memory socket for the hub's writes: it records the
+// payloads of the text frames written to it. Paused, it takes nothing: its
+// writes wait in the drain until it is resumed or their deadline passes.
+type memLink struct {
+	got     chan []byte   // text frame payloads, in order
+	resume  chan struct{} // closed by unpause
+	entered chan struct{} // closed when a write first waits
+	once    sync.Once
+	paused  atomic.Bool
+	closed  atomic.Bool
+	writes  atomic.Int64 // tryWrite calls that wrote
+	last    atomic.Pointer[byte]
+}
+
+func newMemLink(paused bool) *memLink {
+	l := &memLink{got: make(chan []byte, 100), resume: make(chan struct{}), entered: make(chan struct{})}
+	l.paused.Store(paused)
+	return l
+}
+
+func (l *memLink) unpause() { l.paused.Store(false); close(l.resume) }
+
+func (l *memLink) tryWrite(p []byte) (int, error) {
+	if l.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if l.paused.Load() {
+		return 0, errWouldBlock
+	}
+	l.writes.Add(1)
+	l.last.Store(&p[0])
+	l.record(p)
+	return len(p), nil
+}
+
+func (l *memLink) writeBy(p []byte, deadline time.Time) error {
+	l.once.Do(func() { close(l.entered) })
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-l.resume:
+	case <-t.C:
+		return fmt.Errorf("write: %w", os.ErrDeadlineExceeded)
+	}
+	if l.closed.Load() {
+		return net.ErrClosed
+	}
+	l.record(p)
+	return nil
+}
+
+func (l *memLink) clearDeadline() {}
+func (l *memLink) close()         { l.closed.Store(true) }
+
+// record parses p's frames (unmasked, one-byte opcode header, as the hub
+// writes them) and keeps the text payloads.
+func (l *memLink) record(p []byte) {
+	for len(p) > 0 {
+		op, n, h := p[0]&0x0f, int(p[1]), 2
+		switch n {
+		case 126:
+			n, h = int(binary.BigEndian.Uint16(p[2:])), 4
+		case 127:
+			n, h = int(binary.BigEndian.Uint64(p[2:])), 10
+		}
+		if op == 1 {
+			l.got <- append([]byte(nil), p[h:h+n]...)
+		}
+		p = p[h+n:]
+	}
+}
+
+func (l *memLink) next(t testing.TB) msg {
+	t.Helper()
+	select {
+	case b := <-l.got:
+		return decode(t, b)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no message")
+		return msg{}
+	}
+}
+
 func TestFanout10000InMemorySubscribers(t *testing.T) {
 	h := newHub(t, Options{Interval: time.Hour})
 	const n = 10_000
 	v0 := view("g", 1)
 	subs := make([]*subscriber, n)
 	for i := range subs {
-		subs[i] = h.register(Subscription{Gate: "g", Global: v0})
+		subs[i] = h.register(Subscription{Gate: "g", Global: v0}, nil, nil, nil)
 		require.NotNil(t, subs[i])
 	}
 	require.EqualValues(t, n, h.Stats().Subscribers)
@@ -64,7 +149,6 @@ func TestFanout10000InMemorySubscribers(t *testing.T) {
 		f := s.global.Swap(nil)
 		require.NotNil(t, f)
 		require.Equal(t, v0, decode(t, f.data).GlobalView)
-		<-s.wake
 	}
 
 	v1 := view("g", 2)
@@ -78,7 +162,6 @@ func TestFanout10000InMemorySubscribers(t *testing.T) {
 	assert.Equal(t, v1, m.GlobalView)
 	for i, s := range subs {
 		require.Same(t, first, s.global.Load(), "subscriber %d: the one encoded message", i)
-		require.Len(t, s.wake, 1, "subscriber %d woken", i)
 	}
 	st := h.Stats()
 	assert.EqualValues(t, 1, st.GlobalsEncoded)
@@ -90,39 +173,55 @@ func TestFanout10000InMemorySubscribers(t *testing.T) {
 	assert.Zero(t, h.Stats().Subscribers)
 }
 
-// consume plays the writer for an in-memory subscriber: it records every
-// message it takes from the mailbox, session before global.
-func consume(ctx context.Context, s *subscriber, got chan<- msg, t testing.TB) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.wake:
-		}
-		if v := s.sess.Swap(nil); v != nil {
-			got <- decode(t, encodeSession(v))
-		}
-		if f := s.global.Swap(nil); f != nil {
-			got <- decode(t, f.data)
-		}
+// The writer goroutines write every socket of a fan-out the same bytes,
+// each socket once.
+func TestFanout10000InMemorySockets(t *testing.T) {
+	h := newHub(t, Options{Interval: time.Hour})
+	const n = 10_000
+	links := make([]countOnly, n)
+	for i := range links {
+		links[i] = newCountLink()
+		s := h.register(Subscription{Gate: "g", Global: view("g", 1)}, links[i], nil, nil)
+		require.NotNil(t, s)
+		h.service(s)
+		require.EqualValues(t, 1, links[i].writes.Load(), "initial message written at once")
 	}
+	h.PublishGlobal(view("g", 2))
+	require.Eventually(t, func() bool { return h.Stats().Sent == 2*n }, 10*time.Second, time.Millisecond)
+	f := h.gate("g").sentFrame
+	for i, l := range links {
+		require.EqualValues(t, 2, l.writes.Load(), "socket %d", i)
+		require.Same(t, &f.wire[0], l.last.Load(), "socket %d: the one pre-framed message", i)
+	}
+	assert.EqualValues(t, 1, h.Stats().GlobalsEncoded)
+}
+
+// countOnly is a memLink that only counts writes and keeps the last one's
+// first byte.
+type countOnly struct{ *memLink }
+
+func newCountLink() countOnly { return countOnly{&memLink{}} }
+
+func (l countOnly) tryWrite(p []byte) (int, error) {
+	l.writes.Add(1)
+	l.last.Store(&p[0])
+	return len(p), nil
 }
 
 func TestBurstIsCoalescedInMemory(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	h := newHub(t, Options{Interval: interval})
-	s := h.register(Subscription{Gate: "g", Global: view("g", 1)})
-	got := make(chan msg, 10_000)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go consume(ctx, s, got, t)
-	require.Equal(t, int64(1), (<-got).Waiting) // initial
+	l := newMemLink(false)
+	s := h.register(Subscription{Gate: "g", Global: view("g", 1)}, l, nil, nil)
+	h.service(s)
+	require.Equal(t, int64(1), l.next(t).Waiting) // initial
 
 	for i := int64(1); i <= 1000; i++ {
 		h.PublishGlobal(view("g", 1+i))
 	}
 	var n int
-	for m := range got {
+	for {
+		m := l.next(t)
 		n++
 		if m.Waiting == 1001 {
 			break
@@ -134,15 +233,17 @@ func TestBurstIsCoalescedInMemory(t *testing.T) {
 	// Only when something changed: the same view again sends nothing.
 	enc := h.Stats().GlobalsEncoded
 	h.PublishGlobal(view("g", 1001))
-	require.Never(t, func() bool { return h.Stats().GlobalsEncoded != enc || len(got) > 0 }, 3*interval, 10*time.Millisecond)
+	require.Never(t, func() bool { return h.Stats().GlobalsEncoded != enc || len(l.got) > 0 }, 3*interval, 10*time.Millisecond)
 }
 
 func TestSessionMessageNotLostBehindGlobals(t *testing.T) {
 	h := newHub(t, Options{Interval: time.Millisecond})
-	s := h.register(Subscription{Gate: "g", SessionID: "a", Global: view("g", 5)})
-	other := h.register(Subscription{Gate: "g", SessionID: "b", Global: view("g", 5)})
-	s.global.Store(nil)
+	l := newMemLink(true) // backed up: its writes wait in the drain
+	s := h.register(Subscription{Gate: "g", SessionID: "a", Global: view("g", 5)}, l, nil, nil)
+	other := h.register(Subscription{Gate: "g", SessionID: "b", Global: view("g", 5)}, nil, nil, nil)
 	other.global.Store(nil)
+	h.service(s) // the initial global waits for the socket
+	<-l.entered
 
 	h.PublishSession(session.SessionView{GlobalView: view("g", 4), Session: "a", Status: session.StatusActive, Position: 100})
 	for i := int64(1); i <= 50; i++ {
@@ -152,16 +253,17 @@ func TestSessionMessageNotLostBehindGlobals(t *testing.T) {
 		f := s.global.Load()
 		return f != nil && decode(t, f.data).Waiting == 54
 	}, 5*time.Second, time.Millisecond)
+	require.NotNil(t, s.sess.Load(), "kept while the socket is backed up")
 
-	got := make(chan msg, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go consume(ctx, s, got, t)
-	m := <-got
+	l.unpause()
+	m := l.next(t)
+	assert.Equal(t, "global", m.Type)
+	assert.EqualValues(t, 5, m.Waiting, "the initial message first")
+	m = l.next(t)
 	assert.Equal(t, "session", m.Type)
 	assert.Equal(t, "a", m.Session)
 	assert.Equal(t, session.StatusActive, m.Status)
-	m = <-got
+	m = l.next(t)
 	assert.Equal(t, "global", m.Type)
 	assert.EqualValues(t, 54, m.Waiting)
 
@@ -170,11 +272,11 @@ func TestSessionMessageNotLostBehindGlobals(t *testing.T) {
 
 func TestInitialGlobalIsHubsLatest(t *testing.T) {
 	h := newHub(t, Options{Interval: time.Millisecond})
-	s0 := h.register(Subscription{Gate: "g", Global: view("g", 1)})
+	s0 := h.register(Subscription{Gate: "g", Global: view("g", 1)}, nil, nil, nil)
 	h.PublishGlobal(view("g", 7))
 	require.Eventually(t, func() bool { return h.Stats().GlobalsEncoded == 1 }, 5*time.Second, time.Millisecond)
 	// A caller that read its view before that publish still gets the latest.
-	s := h.register(Subscription{Gate: "g", Global: view("g", 1)})
+	s := h.register(Subscription{Gate: "g", Global: view("g", 1)}, nil, nil, nil)
 	f := s.global.Load()
 	require.NotNil(t, f)
 	assert.EqualValues(t, 7, decode(t, f.data).Waiting)
@@ -185,94 +287,66 @@ func TestInitialGlobalIsHubsLatest(t *testing.T) {
 	fresh := stale
 	fresh.Status = session.StatusActive
 	s = h.register(Subscription{Gate: "g", SessionID: "x", Session: &stale,
-		CurrentSession: func() *session.SessionView { return &fresh }})
+		CurrentSession: func() *session.SessionView { return &fresh }}, nil, nil, nil)
 	require.NotNil(t, s.sess.Load())
 	assert.Equal(t, session.StatusActive, s.sess.Load().Status)
 }
 
-// stuckConn never completes a write before its context expires.
-type stuckConn struct {
-	entered chan struct{}
-	once    sync.Once
-}
-
-func (c *stuckConn) Write(ctx context.Context, _ websocket.MessageType, _ []byte) error {
-	c.once.Do(func() { close(c.entered) })
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (c *stuckConn) Ping(ctx context.Context) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-// recConn records what is written to it.
-type recConn struct{ got chan []byte }
-
-func (c *recConn) Write(_ context.Context, _ websocket.MessageType, p []byte) error {
-	c.got <- append([]byte(nil), p...)
-	return nil
-}
-
-func (c *recConn) Ping(context.Context) error { return nil }
-
 func TestStuckWriterDoesNotDelayOthersAndIsClosed(t *testing.T) {
 	h := newHub(t, Options{Interval: time.Millisecond, WriteTimeout: time.Second})
-	stuck := &stuckConn{entered: make(chan struct{})}
-	fast := &recConn{got: make(chan []byte, 100)}
-	ss := h.register(Subscription{Gate: "g", Global: view("g", 1)})
-	fs := h.register(Subscription{Gate: "g", Global: view("g", 1)})
-
-	stuckEnd := make(chan pumpEnd, 1)
-	go func() { stuckEnd <- h.pump(stuck, ss, nil) }()
-	fastEnd := make(chan pumpEnd, 1)
-	readDone := make(chan struct{})
-	go func() { fastEnd <- h.pump(fast, fs, readDone) }()
+	stuck := newMemLink(true) // never takes a byte
+	fast := newMemLink(false)
+	ss := h.register(Subscription{Gate: "g", Global: view("g", 1)}, stuck, nil, nil)
+	fs := h.register(Subscription{Gate: "g", Global: view("g", 1)}, fast, nil, nil)
+	h.service(ss)
+	h.service(fs)
 
 	<-stuck.entered // the stuck socket is blocked in its first write
-	assert.EqualValues(t, 1, decode(t, <-fast.got).Waiting)
+	assert.EqualValues(t, 1, fast.next(t).Waiting)
 	for i := int64(2); i <= 20; i++ {
 		h.PublishGlobal(view("g", i))
-		m := decode(t, <-fast.got) // each arrives while the other is stuck
+		m := fast.next(t) // each arrives while the other is stuck
 		require.EqualValues(t, i, m.Waiting)
-		require.Empty(t, stuckEnd)
+		require.Zero(t, ss.end.Load())
 	}
-	select {
-	case end := <-stuckEnd:
-		assert.Equal(t, endSlow, end)
-	case <-time.After(10 * time.Second):
-		t.Fatal("stuck writer not given up")
-	}
-	close(readDone)
-	assert.Equal(t, endRead, <-fastEnd)
+	require.Eventually(t, func() bool { return ss.end.Load() != 0 }, 10*time.Second, time.Millisecond,
+		"stuck writer not given up")
+	assert.Equal(t, endSlow, endReason(ss.end.Load()))
+	assert.True(t, stuck.closed.Load(), "the stuck socket is closed")
+	assert.Zero(t, fs.end.Load())
+	assert.False(t, fast.closed.Load())
 	assert.Positive(t, h.Stats().Dropped, "the stuck mailbox kept only the newest")
 	assert.NotNil(t, ss.global.Load())
+	assert.Empty(t, stuck.got, "nothing queued behind the stuck write")
 }
 
 func TestCloseIsIdempotentAndStopsPublishing(t *testing.T) {
 	h := New(Options{Logger: quietLogger()})
-	s := h.register(Subscription{Gate: "g", Global: view("g", 1)})
+	s := h.register(Subscription{Gate: "g", Global: view("g", 1)}, nil, nil, nil)
 	require.NotNil(t, s)
 	require.NoError(t, h.Close())
 	require.NoError(t, h.Close())
 	h.PublishGlobal(view("g", 2))
 	h.PublishSession(session.SessionView{GlobalView: view("g", 2), Session: "a"})
-	assert.Nil(t, h.register(Subscription{Gate: "g"}))
+	assert.Nil(t, h.register(Subscription{Gate: "g"}, nil, nil, nil))
 }
 
 // BenchmarkBroadcast10k measures one global broadcast to 10,000 in-memory
 // subscribers: encode once and fill every mailbox ("fanout"), and the same
-// until all 10,000 consumer goroutines have taken it ("delivered").
+// until the writer goroutines have written it to all 10,000 in-memory
+// sockets ("delivered").
 func BenchmarkBroadcast10k(b *testing.B) {
 	const n = 10_000
-	setup := func(b *testing.B) (*Hub, *gate, []*subscriber) {
+	setup := func(b *testing.B, links bool) (*Hub, *gate) {
 		h := newHub(b, Options{Interval: time.Hour})
-		subs := make([]*subscriber, n)
-		for i := range subs {
-			subs[i] = h.register(Subscription{Gate: "g", Global: view("g", 1)})
+		for range n {
+			var l link
+			if links {
+				l = newCountLink()
+			}
+			h.service(h.register(Subscription{Gate: "g", Global: view("g", 1)}, l, nil, nil))
 		}
-		return h, h.gate("g"), subs
+		return h, h.gate("g")
 	}
 	publish := func(h *Hub, g *gate, i int) {
 		g.mu.Lock()
@@ -282,7 +356,7 @@ func BenchmarkBroadcast10k(b *testing.B) {
 	}
 
 	b.Run("fanout", func(b *testing.B) {
-		h, g, _ := setup(b)
+		h, g := setup(b, false)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
@@ -291,45 +365,22 @@ func BenchmarkBroadcast10k(b *testing.B) {
 	})
 
 	b.Run("delivered", func(b *testing.B) {
-		h, g, subs := setup(b)
-		var taken atomic.Int64
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for _, s := range subs {
-			s.global.Store(nil)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-s.wake:
-					}
-					if s.global.Swap(nil) != nil {
-						taken.Add(1)
-					}
-				}
-			}()
-		}
+		h, g := setup(b, true)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			want := taken.Load() + n
+			want := h.Stats().Sent + n
 			publish(h, g, i)
-			for taken.Load() < want {
+			for h.Stats().Sent < want {
 				time.Sleep(10 * time.Microsecond)
 			}
 		}
-		b.StopTimer()
-		cancel()
-		wg.Wait()
 	})
 }
 
 func TestNaNRateIsSentAsZeroOnce(t *testing.T) {
 	h := newHub(t, Options{Interval: 5 * time.Millisecond})
-	s := h.register(Subscription{Gate: "g", Global: view("g", 1)})
+	s := h.register(Subscription{Gate: "g", Global: view("g", 1)}, nil, nil, nil)
 	v := view("g", 2)
 	v.AdmittedPerMinute = math.NaN()
 	h.PublishGlobal(v)

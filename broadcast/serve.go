@@ -4,10 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -67,18 +68,18 @@ type Subscription struct {
 //   - ErrSlowClient when a write or a ping outlasted WriteTimeout (the socket
 //     was dropped without a close handshake).
 func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, sub Subscription) error {
-	c, s, err := h.accept(w, r, sub, false)
-	if c == nil {
+	s, err := h.accept(w, r, sub)
+	if s == nil {
 		return err
 	}
-	return h.serve(c, s, sub)
+	return h.serve(s)
 }
 
 // Handoff is Serve except that it returns as soon as the socket is set up
-// (or refused) and leaves the socket to the hub's own goroutines, so the
-// HTTP server's goroutine, its request and its 4 KB buffers are freed; the
-// socket also gets small read and write buffers. Use it from a plain
-// net/http or echo handler that has nothing to do after the socket ends.
+// (or refused) and leaves the socket to the hub, so the HTTP server's
+// goroutine, its request and its 4 KB buffers are freed. Use it from a
+// plain net/http or echo handler that has nothing to do after the socket
+// ends.
 //
 // It returns nil once the socket is handed off, and otherwise what Serve
 // returns before the socket is up: an error wrapping
@@ -86,29 +87,31 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, sub Subscription) er
 // websocket.Accept (it answered), or ErrTooManyConnections. How a handed-off
 // socket ended is logged at Debug level, and counted in Stats.
 func (h *Hub) Handoff(w http.ResponseWriter, r *http.Request, sub Subscription) error {
-	c, s, err := h.accept(w, r, sub, true)
-	if c == nil {
+	s, err := h.accept(w, r, sub)
+	if s == nil {
 		return err
 	}
-	go func() { _ = h.serve(c, s, sub) }()
+	go func() { _ = h.serve(s) }()
 	return nil
 }
 
-// accept validates sub, does the handshake and registers the subscriber. On
-// success it returns the socket and its subscriber, and serve must follow;
-// otherwise a nil socket and why (the response has been written).
-func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription, smallBufs bool) (*websocket.Conn, *subscriber, error) {
+// accept validates sub, does the handshake, registers the subscriber and
+// writes the initial messages. On success it returns the subscriber, and
+// serve must follow; otherwise nil and why (the response has been written).
+// Nothing of r or sub outlives it but copies of the gate name, the session
+// id and the client.
+func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (*subscriber, error) {
 	if !session.ValidGateName(sub.Gate) {
 		writeError(w, http.StatusBadRequest, session.CodeInvalidArgument, "invalid gate")
-		return nil, nil, session.Errorf(session.CodeInvalidArgument, "broadcast: gate %q is not a valid gate name", sub.Gate)
+		return nil, session.Errorf(session.CodeInvalidArgument, "broadcast: gate %q is not a valid gate name", sub.Gate)
 	}
 	if sub.SessionID != "" && !session.ValidID(sub.SessionID) {
 		writeError(w, http.StatusBadRequest, session.CodeInvalidArgument, "invalid session id")
-		return nil, nil, session.Errorf(session.CodeInvalidArgument, "broadcast: session id is malformed")
+		return nil, session.Errorf(session.CodeInvalidArgument, "broadcast: session id is malformed")
 	}
 	if !h.enter() {
 		writeError(w, http.StatusServiceUnavailable, session.CodeUnavailable, "server shutting down")
-		return nil, nil, ErrClosed
+		return nil, ErrClosed
 	}
 	n := h.conns.Add(1)
 	clientOK := h.enterClient(sub.Client)
@@ -121,64 +124,71 @@ func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription, s
 		}
 	}()
 
-	if smallBufs {
-		w = smallBufHijacker{w}
-	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	// The socket's subscriber exists only once the handshake succeeded:
+	// out points to it from then on, for the library's writes and pongs.
+	out := &sockOut{h: h}
+	c, err := websocket.Accept(&hijacker{ResponseWriter: w, out: out}, r, &websocket.AcceptOptions{
 		OriginPatterns:  h.opts.OriginPatterns,
 		CompressionMode: websocket.CompressionDisabled, // messages are tiny; flate would cost memory per socket
+		OnPongReceived: func(context.Context, []byte) {
+			if s := out.s.Load(); s != nil {
+				s.pingSent.Store(0)
+			}
+		},
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if max := h.opts.MaxConnections; max > 0 && n > int64(max) {
 		h.rejected.Add(1)
 		_ = c.Close(websocket.StatusTryAgainLater, reasonTooMany)
-		return nil, nil, ErrTooManyConnections
+		return nil, ErrTooManyConnections
 	}
 	if !clientOK {
 		h.rejected.Add(1)
 		_ = c.Close(websocket.StatusTryAgainLater, reasonTooManyClient)
-		return nil, nil, ErrTooManyConnections
+		return nil, ErrTooManyConnections
 	}
 	c.SetReadLimit(h.opts.ReadLimit)
 
-	s := h.register(sub)
+	s := h.register(sub, out.link, c, out)
 	if s == nil {
 		_ = c.Close(websocket.StatusGoingAway, reasonShutdown)
-		return nil, nil, nil
+		return nil, nil
 	}
 	served = true
-	return c, s, nil
+	h.service(s) // the initial messages, at once, from this goroutine
+	return s, nil
 }
 
-// serve runs an accepted socket until it ends; see Serve for what it returns.
-func (h *Hub) serve(c *websocket.Conn, s *subscriber, sub Subscription) (err error) {
+// serve reads the socket until it ends (the read side handles pings, pongs
+// and close frames; any data message closes the socket), then releases it;
+// see Serve for what it returns. This is the socket's only goroutine.
+func (h *Hub) serve(s *subscriber) (err error) {
 	defer h.wg.Done()
 	defer h.unregister(s)
 	defer h.conns.Add(-1) // before unregister: Stats.Subscribers never undercounts open sockets
-	defer h.leaveClient(sub.Client)
+	defer h.leaveClient(s.client)
 
-	rd := &reader{done: make(chan struct{})}
-	go rd.run(c)
-
-	end := h.pump(c, s, rd.done)
-	switch end {
-	case endClosed:
-		_ = c.Close(websocket.StatusGoingAway, reasonShutdown)
-	default:
-		_ = c.CloseNow() // no-op when already closed
+	c := s.conn
+	// Background: a cancelled context would make the library drop the
+	// connection at once, before a close frame could be sent.
+	_, _, rerr := c.Reader(context.Background())
+	if rerr == nil {
+		s.end.CompareAndSwap(0, uint32(endClientMessage))
+		_ = c.Close(websocket.StatusPolicyViolation, reasonClientMessage)
 	}
-	<-rd.done
-	switch {
-	case end == endSlow:
+	_ = c.CloseNow() // no-op when already closed; waits for a Close in progress
+	end := endReason(s.end.Load())
+	switch end {
+	case endSlow:
 		h.slowClosed.Add(1)
 		err = ErrSlowClient
-	case rd.clientMessage:
+	case endClientMessage:
 		err = ErrClientMessage
 	}
 	if h.log.Enabled(context.Background(), slog.LevelDebug) {
-		h.log.Debug("broadcast: socket ended", "gate", sub.Gate, "session", sub.SessionID, "reason", end.String(), "err", err)
+		h.log.Debug("broadcast: socket ended", "gate", s.gate.name, "session", s.id, "reason", end.String(), "err", err)
 	}
 	return err
 }
@@ -195,6 +205,9 @@ func (h *Hub) enterClient(client string) bool {
 	if h.clients == nil {
 		h.clients = make(map[string]int)
 	}
+	if _, ok := h.clients[client]; !ok {
+		client = strings.Clone(client) // the map keeps it
+	}
 	h.clients[client]++
 	return h.clients[client] <= max
 }
@@ -210,121 +223,90 @@ func (h *Hub) leaveClient(client string) {
 	}
 }
 
-// smallBufHijacker hands the websocket library small bufio buffers instead
-// of the HTTP server's 4 KB ones, which become garbage once the handler
-// returns. Reads are frame headers and control frames (at most 125 bytes);
-// writes are one small message at a time.
-type smallBufHijacker struct{ http.ResponseWriter }
+// hijacker hands the websocket library small bufio buffers instead of the
+// HTTP server's 4 KB ones, which become garbage once the handler returns,
+// and puts the socket's link under its writes. Reads are frame headers and
+// control frames (at most 125 bytes of payload). The library writes only
+// control frames (the hub writes the messages itself, pre-framed), each one
+// flushed whole (at most 127 bytes) into one write of the link, so its
+// frames never interleave with the hub's.
+type hijacker struct {
+	http.ResponseWriter
+	out *sockOut
+}
 
-func (w smallBufHijacker) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *hijacker) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w smallBufHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err != nil || brw.Reader.Buffered() > 0 || brw.Writer.Buffered() > 0 {
-		return nc, brw, err // keep bytes already buffered (a client that sent frames before the 101): rare
+	if err != nil {
+		return nc, brw, err
 	}
-	return nc, bufio.NewReadWriter(bufio.NewReaderSize(nc, 256), bufio.NewWriterSize(nc, 512)), nil
-}
-
-// reader is a socket's read side: it answers pings and close frames, and
-// closes the socket with StatusPolicyViolation on the first data message
-// (before reading its payload, so the size does not matter).
-type reader struct {
-	done          chan struct{}
-	clientMessage bool // set before done is closed
-}
-
-func (rd *reader) run(c *websocket.Conn) {
-	defer close(rd.done)
-	// Background: a cancelled context would make the library drop the
-	// connection at once, before a close frame could be sent.
-	_, _, err := c.Reader(context.Background())
-	if err == nil {
-		rd.clientMessage = true
-		_ = c.Close(websocket.StatusPolicyViolation, reasonClientMessage)
+	if brw.Writer.Buffered() > 0 { // not with net/http: it flushed the 101 before hijacking
+		if err := brw.Writer.Flush(); err != nil {
+			return nc, brw, err
+		}
 	}
+	br := brw.Reader
+	if br.Buffered() == 0 {
+		br = bufio.NewReaderSize(nc, 256)
+	} // else keep the bytes a client sent before the 101 (rare)
+	w.out.link = newNetLink(nc)
+	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, 256)), nil
 }
 
-// conn is what pump needs of a socket; *websocket.Conn implements it.
-type conn interface {
-	Write(ctx context.Context, typ websocket.MessageType, p []byte) error
-	Ping(ctx context.Context) error
+// sockOut is what the websocket library's bufio.Writer writes to: before
+// the socket is registered (a refusal's close frame), the link directly
+// (blocking, bounded by WriteTimeout); after, the subscriber's write.
+type sockOut struct {
+	h    *Hub
+	s    atomic.Pointer[subscriber] // set by register before the subscriber is visible to others
+	link *netLink
 }
 
-type pumpEnd uint8
+func (o *sockOut) Write(p []byte) (int, error) {
+	s := o.s.Load()
+	if s == nil {
+		if err := o.link.writeBy(p, time.Now().Add(o.h.opts.WriteTimeout)); err != nil {
+			return 0, err
+		}
+		o.link.clearDeadline()
+		return len(p), nil
+	}
+	if o.h.write(s, p, false) == failed {
+		s.wmu.Lock()
+		err := s.werr
+		s.wmu.Unlock()
+		if err == nil {
+			err = net.ErrClosed
+		}
+		return 0, err
+	}
+	return len(p), nil
+}
+
+type endReason uint32
 
 const (
-	endNone     pumpEnd = iota
-	endRead             // the read side ended (client closed, vanished or sent data)
-	endClosed           // the hub is closing
-	endSlow             // a write or ping outlasted WriteTimeout
-	endWriteErr         // a write or ping failed otherwise
+	endNone          endReason = iota
+	endClosed                  // the hub is closing
+	endSlow                    // a write or ping outlasted WriteTimeout
+	endWriteErr                // a write failed otherwise
+	endClientMessage           // the client sent a data message
 )
 
-func (e pumpEnd) String() string {
+func (e endReason) String() string {
 	switch e {
-	case endRead:
-		return "read side ended"
 	case endClosed:
 		return "hub closed"
 	case endSlow:
 		return "write timeout"
 	case endWriteErr:
 		return "write failed"
+	case endClientMessage:
+		return "client sent data"
 	}
-	return "none"
-}
-
-// pump is a socket's writer: it writes s's mailbox (session message first,
-// then the newest global) when woken, pings every PingInterval, and returns
-// why it stopped.
-func (h *Hub) pump(c conn, s *subscriber, readDone <-chan struct{}) pumpEnd {
-	ping := time.NewTicker(h.opts.PingInterval)
-	defer ping.Stop()
-	for {
-		select {
-		case <-s.wake:
-			if v := s.sess.Swap(nil); v != nil {
-				if end := h.write(c, encodeSession(v)); end != endNone {
-					return end
-				}
-			}
-			if f := s.global.Swap(nil); f != nil {
-				if end := h.write(c, f.data); end != endNone {
-					return end
-				}
-			}
-		case <-ping.C:
-			ctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
-			err := c.Ping(ctx)
-			cancel()
-			if err != nil {
-				return classify(err)
-			}
-		case <-readDone:
-			return endRead
-		case <-h.done:
-			return endClosed
-		}
-	}
-}
-
-func (h *Hub) write(c conn, p []byte) pumpEnd {
-	ctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
-	err := c.Write(ctx, websocket.MessageText, p)
-	cancel()
-	if err != nil {
-		return classify(err)
-	}
-	h.sent.Add(1)
-	return endNone
-}
-
-func classify(err error) pumpEnd {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return endSlow
-	}
-	return endWriteErr
+	return "read side ended"
 }
 
 // writeError answers with the wire contract's error body.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,6 +202,8 @@ func TestBurstOf1000PublishesGivesAFewMessages(t *testing.T) {
 	c := ts.dial(t, "gate=g", nil)
 	require.EqualValues(t, 1, read(t, c).Waiting)
 	require.Eventually(t, func() bool { return h.Stats().Subscribers == 1 }, 5*time.Second, time.Millisecond)
+	// The initial message may be counted after the client read it.
+	require.Eventually(t, func() bool { return h.Stats().Sent >= 1 }, 5*time.Second, time.Millisecond)
 	sent0 := h.Stats().Sent
 
 	for i := int64(2); i <= 1001; i++ {
@@ -538,4 +541,42 @@ func TestHandoff(t *testing.T) {
 	}
 	<-closed
 	assert.Zero(t, h.Stats().Subscribers)
+}
+
+// A handed-off socket keeps nothing of the upgrade's request, not even
+// through Subscription.CurrentSession, whose closure holds it.
+func TestHandoffKeepsNothingOfTheRequest(t *testing.T) {
+	h := newHub(t, Options{})
+	collected := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sub := Subscription{Gate: "g", SessionID: r.URL.Query().Get("session"), Client: r.RemoteAddr, Global: view("g", 1)}
+		sub.CurrentSession = func() *session.SessionView {
+			return &session.SessionView{GlobalView: sub.Global, Session: r.URL.Query().Get("session"), Status: session.StatusWaiting}
+		}
+		runtime.AddCleanup(r, func(ch chan struct{}) { close(ch) }, collected)
+		require.NoError(t, h.Handoff(w, r, sub))
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/ws?session=abc", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.CloseNow() })
+	require.Equal(t, "session", read(t, c).Type)
+	require.Equal(t, "global", read(t, c).Type)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-collected:
+			h.PublishGlobal(view("g", 2))
+			assert.EqualValues(t, 2, read(t, c).Waiting, "the socket is still served")
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the request is still reachable while the socket is open")
+		}
+	}
 }
