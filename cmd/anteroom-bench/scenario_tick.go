@@ -101,7 +101,7 @@ func seedTick(ctx context.Context, path string, l tickLayout, now time.Time, cfg
 			     WHEN (x - ?3) % ?5 = 0 AND (x - ?3) / ?5 <= ?9 THEN ?6
 			     ELSE NULL END,
 			?8
-		FROM c ORDER BY id`,
+		FROM c ORDER BY x`,
 		l.sessions, cfg.Name, l.active, l.staleActive, every, old, fresh, created, l.staleWaiting); err != nil {
 		return err
 	}

@@ -10,24 +10,32 @@ import (
 	"time"
 
 	"github.com/anteroomhq/anteroom/session"
+	sqlite "modernc.org/sqlite"
 )
 
 // The SQL of the writer. Every statement is prepared once on the writer
 // connection at Open.
 const (
-	sqlSelectGate   = `SELECT next_position, active, waiting FROM gates WHERE name = ?`
-	sqlInsertGate   = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
-	sqlUpdateGate   = `UPDATE gates SET next_position = ?, active = ?, waiting = ? WHERE name = ?`
-	sqlBounds       = `SELECT (SELECT MIN(position) FROM sessions WHERE gate = ?1 AND status = 0), (SELECT MAX(position) FROM sessions WHERE gate = ?1 AND status = 0)`
-	sqlSelectRow    = `SELECT position, status, last_active, created_at FROM sessions WHERE gate = ? AND id = ?`
-	sqlInsertRow    = `INSERT INTO sessions (gate, id, position, status, last_active, created_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (gate, id) DO NOTHING`
-	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ? WHERE gate = ? AND id = ?`
-	sqlDeleteRow    = `DELETE FROM sessions WHERE gate = ? AND id = ?`
-	sqlFirstWaiters = `SELECT id, position, status, last_active, created_at FROM sessions WHERE gate = ? AND status = 0 ORDER BY position LIMIT ?`
-	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND id IN (SELECT id FROM sessions WHERE gate = ?1 AND status = 0 AND last_active IS NOT NULL AND last_active < ?2 LIMIT ?3)`
-	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND id IN (SELECT id FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NOT NULL AND last_active < ?2 LIMIT ?3) RETURNING id, position, status, last_active, created_at`
-	sqlTouch        = `UPDATE sessions SET last_active = ? WHERE gate = ? AND id = ? AND status = 1`
-	sqlActive       = `SELECT id, position, status, last_active, created_at FROM sessions WHERE gate = ? AND status = 1 AND last_active IS NOT NULL ORDER BY position`
+	sqlSelectGate = `SELECT next_position, active, waiting FROM gates WHERE name = ?`
+	sqlInsertGate = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
+	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ? WHERE name = ?`
+	// The first waiting position is sought from a lower bound the writer
+	// keeps (every active position is below every waiting one, so without it
+	// the search would step over the whole active set); the last, from the
+	// end of the gate's range.
+	sqlBounds       = `SELECT (SELECT position FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT 1), (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 ORDER BY position DESC LIMIT 1)`
+	sqlSelectRow    = `SELECT status, last_active, created_at FROM sessions WHERE gate = ? AND position = ? AND id = ?`
+	sqlRowExists    = `SELECT 1 FROM sessions WHERE gate = ? AND position = ?`
+	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at) VALUES (?, ?, ?, ?, ?, ?)`
+	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ? WHERE gate = ? AND position = ?`
+	sqlDeleteRow    = `DELETE FROM sessions WHERE gate = ? AND position = ?`
+	sqlFirstWaiters = `SELECT position, id, status, last_active, created_at FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT ?3`
+	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND last_active IS NOT NULL AND last_active < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at`
+	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NOT NULL AND last_active < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at`
+	sqlTouch        = `UPDATE sessions SET last_active = ? WHERE gate = ? AND position = ? AND id = ? AND status = 1`
+	sqlActive       = `SELECT position, id, status, last_active, created_at FROM sessions WHERE gate = ? AND status = 1 AND last_active IS NOT NULL ORDER BY position`
+	sqlKeys         = `SELECT gate, position, id FROM sessions`
+	sqlIDAt         = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
 	sqlSelectMeta   = `SELECT value FROM meta WHERE key = ?`
 	sqlInsertMeta   = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
 	sqlAllRows      = `SELECT id, position, status, last_active, created_at FROM sessions WHERE gate = ?`
@@ -48,12 +56,14 @@ type wconn struct {
 	c    driver.Conn
 	args []driver.NamedValue
 
-	begin, commit, rollback, savepoint, releaseSP, rollbackTo *stmt
+	begin, commit, rollback *stmt
 
-	selectGate, insertGate, updateGate, bounds     *stmt
-	selectRow, insertRow, updateRow, deleteRow     *stmt
-	firstWaiters, purgeWaiting, purgeActive, touch *stmt
-	active, selectMeta, insertMeta                 *stmt
+	selectGate, insertGate, updateGate, bounds *stmt
+	selectRow, rowExists, insertRow, updateRow *stmt
+	deleteRow, firstWaiters, purgeWaiting      *stmt
+	purgeActive, touch, active, keys, idAt     *stmt
+	selectMeta, insertMeta                     *stmt
+	checkpoint, truncate, pageSize             *stmt
 }
 
 func (w *wconn) prepare(ctx context.Context) error {
@@ -66,11 +76,13 @@ func (w *wconn) prepare(ctx context.Context) error {
 		sql string
 	}{
 		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
-		{&w.savepoint, "SAVEPOINT op"}, {&w.releaseSP, "RELEASE op"}, {&w.rollbackTo, "ROLLBACK TO op"},
 		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
-		{&w.selectRow, sqlSelectRow}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow}, {&w.deleteRow, sqlDeleteRow},
-		{&w.firstWaiters, sqlFirstWaiters}, {&w.purgeWaiting, sqlPurgeWaiting}, {&w.purgeActive, sqlPurgeActive}, {&w.touch, sqlTouch},
-		{&w.active, sqlActive}, {&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta},
+		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
+		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.purgeWaiting, sqlPurgeWaiting},
+		{&w.purgeActive, sqlPurgeActive}, {&w.touch, sqlTouch}, {&w.active, sqlActive}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
+		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta},
+		{&w.checkpoint, "PRAGMA wal_checkpoint(PASSIVE)"}, {&w.truncate, "PRAGMA wal_checkpoint(TRUNCATE)"},
+		{&w.pageSize, "PRAGMA page_size"},
 	} {
 		st, err := pc.PrepareContext(ctx, p.sql)
 		if err != nil {
@@ -93,11 +105,13 @@ func (w *wconn) close() error {
 		return nil
 	}
 	for _, s := range []*stmt{
-		w.begin, w.commit, w.rollback, w.savepoint, w.releaseSP, w.rollbackTo,
+		w.begin, w.commit, w.rollback,
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
-		w.selectRow, w.insertRow, w.updateRow, w.deleteRow,
-		w.firstWaiters, w.purgeWaiting, w.purgeActive, w.touch,
-		w.active, w.selectMeta, w.insertMeta,
+		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
+		w.deleteRow, w.firstWaiters, w.purgeWaiting,
+		w.purgeActive, w.touch, w.active, w.keys, w.idAt,
+		w.selectMeta, w.insertMeta,
+		w.checkpoint, w.truncate, w.pageSize,
 	} {
 		if s != nil {
 			_ = s.st.Close()
@@ -106,6 +120,20 @@ func (w *wconn) close() error {
 	err := w.c.Close()
 	w.c = nil
 	return err
+}
+
+// framesWritten returns the pages the connection wrote (to the WAL) since
+// it was last asked.
+func (w *wconn) framesWritten() int64 {
+	st, ok := w.c.(sqlite.DBStatus)
+	if !ok {
+		return 0
+	}
+	n, _, err := st.Status(sqlite.DBStatusCacheWrite, true)
+	if err != nil {
+		return 0
+	}
+	return int64(n)
 }
 
 func (w *wconn) bind(args []any) []driver.NamedValue {
@@ -149,7 +177,7 @@ func (w *wconn) queryRow(s *stmt, dest []driver.Value, args ...any) (bool, error
 	return true, cerr
 }
 
-// sessions reads rows of (id, position, status, last_active, created_at)
+// sessions reads rows of (position, id, status, last_active, created_at)
 // into out and closes them.
 func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) ([]session.Session, error) {
 	defer rows.Close()
@@ -163,8 +191,8 @@ func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) (
 			return out, err
 		}
 		r := rawRow{
-			id:         asString(dest[0]),
-			position:   asInt(dest[1]),
+			position:   asInt(dest[0]),
+			id:         asString(dest[1]),
 			status:     asInt(dest[2]),
 			lastActive: asNullInt(dest[3]),
 			createdAt:  asInt(dest[4]),
@@ -247,9 +275,9 @@ func (r *rawRow) session(gate string) session.Session {
 }
 
 // scanSession scans a row of sqlSelectRow read through database/sql.
-func scanSession(row *sql.Row, gate, id string) (session.Session, error) {
-	r := rawRow{id: id}
-	if err := row.Scan(&r.position, &r.status, &r.lastActive, &r.createdAt); err != nil {
+func scanSession(row *sql.Row, gate, id string, position int64) (session.Session, error) {
+	r := rawRow{id: id, position: position}
+	if err := row.Scan(&r.status, &r.lastActive, &r.createdAt); err != nil {
 		return session.Session{}, err
 	}
 	return r.session(gate), nil

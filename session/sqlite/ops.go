@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"time"
 
@@ -85,7 +84,7 @@ func (s *Store) finish(b *batch) (map[string]session.GateState, error) {
 }
 
 // state returns the gate's state inside the transaction: its counters and
-// the bounds of its waiting line (two index seeks, none when nobody waits).
+// the bounds of its waiting line (two seeks, none when nobody waits).
 func (s *Store) state(e *gateEntry) (session.GateState, error) {
 	st := session.GateState{
 		Counters:             e.c,
@@ -96,53 +95,66 @@ func (s *Store) state(e *gateEntry) (session.GateState, error) {
 		return st, nil
 	}
 	var dest [2]driver.Value
-	if _, err := s.wc.queryRow(s.wc.bounds, dest[:], e.name); err != nil {
+	if _, err := s.wc.queryRow(s.wc.bounds, dest[:], e.name, e.lb); err != nil {
 		return st, fmt.Errorf("waiting bounds of gate %q: %w", e.name, err)
 	}
 	first, last := asNullInt(dest[0]), asNullInt(dest[1])
 	if first.Valid && last.Valid {
 		st.FirstWaitingPosition, st.LastWaitingPosition = first.Int64, last.Int64
+		e.lb = first.Int64
 	}
 	return st, nil
 }
 
-// row reads the session (gate, id), or nil when it does not exist.
-func (s *Store) row(gate, id string) (*session.Session, error) {
-	var dest [4]driver.Value
-	found, err := s.wc.queryRow(s.wc.selectRow, dest[:], gate, id)
+// find reads the session (gate, id) inside the transaction: its row, or
+// nil when it does not exist, and the index slot an insert of it takes.
+func (s *Store) find(gate, id string) (*session.Session, slot, error) {
+	pos, sl, ok := s.idx.lookup(gate, id)
+	if !ok {
+		return nil, sl, nil
+	}
+	var dest [3]driver.Value
+	found, err := s.wc.queryRow(s.wc.selectRow, dest[:], gate, pos, id)
 	if err != nil {
-		return nil, fmt.Errorf("read session: %w", err)
+		return nil, sl, fmt.Errorf("read session: %w", err)
 	}
-	if !found {
-		return nil, nil
+	if found {
+		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2])}
+		sess := r.session(gate)
+		return &sess, sl, nil
 	}
-	r := rawRow{id: id, position: asInt(dest[0]), status: asInt(dest[1]), lastActive: asNullInt(dest[2]), createdAt: asInt(dest[3])}
-	sess := r.session(gate)
-	return &sess, nil
+	// The hash's entry names another row: that of another key with the
+	// same hash (then this key goes to the long map), or a row gone.
+	if !sl.long {
+		alive, err := s.wc.queryRow(s.wc.rowExists, dest[:1], gate, pos)
+		if err != nil {
+			return nil, sl, fmt.Errorf("read session: %w", err)
+		}
+		sl.long = alive
+	}
+	return nil, sl, nil
 }
 
-// errExists is write's answer to an insert of a row that exists.
-var errExists = errors.New("session row exists")
-
-// write does what a rule decided for one row and adds its delta to the
-// gate's counters. An insert of a row that exists changes nothing and
-// returns errExists.
-func (s *Store) write(e *gateEntry, out session.Outcome) error {
+// write does what a rule decided for one row (slot sl, for an insert) and
+// adds its delta to the gate's counters.
+func (s *Store) write(e *gateEntry, out session.Outcome, sl slot) error {
 	r := &out.Session
 	var err error
 	switch out.Action {
 	case session.ActionNone:
 		return nil
 	case session.ActionInsert:
-		var n int64
-		n, err = s.wc.exec(s.wc.insertRow, e.name, r.ID, r.Position, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano())
-		if err == nil && n == 0 {
-			return errExists
+		_, err = s.wc.exec(s.wc.insertRow, e.name, r.Position, r.ID, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano())
+		if err == nil {
+			s.idx.put(e.name, r.ID, sl, r.Position)
 		}
 	case session.ActionUpdate:
-		_, err = s.wc.exec(s.wc.updateRow, statusValue(r.Status), nullNanos(r.LastActive), e.name, r.ID)
+		_, err = s.wc.exec(s.wc.updateRow, statusValue(r.Status), nullNanos(r.LastActive), e.name, r.Position)
 	case session.ActionDelete:
-		_, err = s.wc.exec(s.wc.deleteRow, e.name, r.ID)
+		_, err = s.wc.exec(s.wc.deleteRow, e.name, r.Position)
+		if err == nil {
+			s.idx.remove(e.name, r.ID, r.Position)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("write session: %w", err)
@@ -168,24 +180,13 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	if err != nil {
 		return err
 	}
-	now := normTime(o.now)
-	// Most joins are of new sessions: decide as if the row were absent and
-	// insert, which does nothing when the row exists. Then, and only then,
-	// read the row and decide again. One statement for a new session.
-	out := session.DecideJoin(o.cfg, e.c, nil, o.id, now)
-	err = s.write(e, out)
-	if errors.Is(err, errExists) {
-		existing, rerr := s.row(e.name, o.id)
-		if rerr != nil {
-			return rerr
-		}
-		if existing == nil {
-			return fmt.Errorf("session %q of gate %q neither inserted nor found", o.id, e.name)
-		}
-		out = session.DecideJoin(o.cfg, e.c, existing, o.id, now)
-		err = s.write(e, out)
-	}
+	// A new session (most joins) is not in the index: no read, one insert.
+	existing, sl, err := s.find(e.name, o.id)
 	if err != nil {
+		return err
+	}
+	out := session.DecideJoin(o.cfg, e.c, existing, o.id, normTime(o.now))
+	if err := s.write(e, out, sl); err != nil {
 		return err
 	}
 	if out.Session.Status == session.StatusActive {
@@ -205,7 +206,7 @@ func (s *Store) applyLeave(b *batch, o *op) error {
 	if err != nil {
 		return err
 	}
-	existing, err := s.row(e.name, o.id)
+	existing, sl, err := s.find(e.name, o.id)
 	if err != nil {
 		return err
 	}
@@ -213,7 +214,7 @@ func (s *Store) applyLeave(b *batch, o *op) error {
 		return notFound(o.kind, e.name, o.id)
 	}
 	out := session.DecideLeave(existing, normTime(o.now))
-	if err := s.write(e, out); err != nil {
+	if err := s.write(e, out, sl); err != nil {
 		return err
 	}
 	if out.Action == session.ActionUpdate && out.Session.Status == session.StatusActive {
@@ -228,7 +229,7 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 	if err != nil {
 		return err
 	}
-	existing, err := s.row(e.name, o.id)
+	existing, sl, err := s.find(e.name, o.id)
 	if err != nil {
 		return err
 	}
@@ -236,7 +237,7 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 		return notFound(o.kind, e.name, o.id)
 	}
 	out := session.DecideRelease(o.cfg, e.c, existing)
-	if err := s.write(e, out); err != nil {
+	if err := s.write(e, out, sl); err != nil {
 		return err
 	}
 	if out.Action == session.ActionDelete && existing.Status == session.StatusActive {
@@ -255,27 +256,35 @@ func (s *Store) promote(b *batch, e *gateEntry, n int64, now time.Time) (int64, 
 	if n <= 0 {
 		return 0, nil
 	}
-	rows, err := s.wc.query(s.wc.firstWaiters, e.name, n)
+	rows, err := s.wc.query(s.wc.firstWaiters, e.name, e.lb, n)
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
-	b.waiters, err = s.wc.sessions(rows, e.name, b.waiters[:0])
+	b.rows, err = s.wc.sessions(rows, e.name, b.rows[:0])
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
-	for _, w := range b.waiters {
+	for _, w := range b.rows {
 		out := session.Promote(w, now)
-		if err := s.write(e, out); err != nil {
+		if err := s.write(e, out, slot{}); err != nil {
 			return 0, err
 		}
 		b.event(session.EventPromoted, out.Session)
+		e.lb = w.Position + 1
 	}
-	return int64(len(b.waiters)), nil
+	return int64(len(b.rows)), nil
 }
 
 func (s *Store) applyTouch(o *op) error {
 	for _, t := range o.touches {
-		if _, err := s.wc.exec(s.wc.touch, t.LastActive.UnixNano(), o.cfg.Name, t.ID); err != nil {
+		if t.LastActive.IsZero() {
+			continue
+		}
+		pos, _, ok := s.idx.lookup(o.cfg.Name, t.ID)
+		if !ok {
+			continue
+		}
+		if _, err := s.wc.exec(s.wc.touch, t.LastActive.UnixNano(), o.cfg.Name, pos, t.ID); err != nil {
 			return fmt.Errorf("touch: %w", err)
 		}
 	}
@@ -285,20 +294,32 @@ func (s *Store) applyTouch(o *op) error {
 // applyUpdate runs one transaction's worth of an Update: at most chunk rows,
 // the phases in order, continuing where the previous transaction stopped.
 func (s *Store) applyUpdate(b *batch, o *op) error {
-	st := &o.upd
+	// Work on a copy of the input: a transaction that fails is run again
+	// from the same place.
+	step := o.updIn
+	st := &step
 	e, err := s.gate(b, o.cfg.Name)
 	if err != nil {
 		return err
 	}
+	defer func() { o.upd = step }()
 	budget := int64(st.chunk)
 	if st.phase == 0 {
-		n, err := s.wc.exec(s.wc.purgeWaiting, e.name, st.waitingCutoff, budget)
+		rows, err := s.wc.query(s.wc.purgeWaiting, e.name, st.waitingCutoff, budget)
 		if err != nil {
 			return fmt.Errorf("purge waiting: %w", err)
 		}
+		b.rows, err = s.wc.sessions(rows, e.name, b.rows[:0])
+		if err != nil {
+			return fmt.Errorf("purge waiting: %w", err)
+		}
+		n := int64(len(b.rows))
 		if n > 0 {
 			e.c.Waiting -= n
 			e.save, e.report = true, true
+			for _, r := range b.rows {
+				s.idx.remove(e.name, r.ID, r.Position)
+			}
 		}
 		st.purgedWaiting = n
 		if budget -= n; budget == 0 {
@@ -311,15 +332,16 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		if err != nil {
 			return fmt.Errorf("purge active: %w", err)
 		}
-		b.waiters, err = s.wc.sessions(rows, e.name, b.waiters[:0])
+		b.rows, err = s.wc.sessions(rows, e.name, b.rows[:0])
 		if err != nil {
 			return fmt.Errorf("purge active: %w", err)
 		}
-		n := int64(len(b.waiters))
+		n := int64(len(b.rows))
 		if n > 0 {
 			e.c.Active -= n
 			e.save, e.report = true, true
-			for _, r := range b.waiters {
+			for _, r := range b.rows {
+				s.idx.remove(e.name, r.ID, r.Position)
 				b.event(session.EventDeactivated, r)
 			}
 		}

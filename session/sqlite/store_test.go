@@ -31,6 +31,20 @@ func TestStoreSuite(t *testing.T) {
 	sessiontest.RunStoreSuite(t, openStore)
 }
 
+// plainStore hides what the sqlite Store offers beyond session.Store, so the
+// suite takes the paths a Store without sessiontest.Inspector takes.
+type plainStore struct{ session.Store }
+
+func TestStoreSuiteWithoutInspector(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite again, through the plain session.Store interface")
+	}
+	t.Setenv(sessiontest.RandomStepsEnv, "300") // Get per id is slow
+	sessiontest.RunStoreSuite(t, func(tb testing.TB, path string) session.Store {
+		return plainStore{openStore(tb, path)}
+	})
+}
+
 func BenchmarkStore(b *testing.B) {
 	sessiontest.RunStoreBenchmarks(b, openStore)
 }
@@ -42,7 +56,7 @@ func TestStoreImplementsInspectors(t *testing.T) {
 }
 
 func TestOpenInvalidPath(t *testing.T) {
-	for _, p := range []string{"", ":memory:", "file:x.db?mode=memory"} {
+	for _, p := range []string{"", ":memory:", "file:x.db?mode=memory", "x.db?_pragma=foo"} {
 		_, err := sqlite.Open(p, quiet)
 		assert.ErrorIs(t, err, session.ErrInvalidArgument, "path %q", p)
 	}

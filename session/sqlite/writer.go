@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -55,7 +57,8 @@ type op struct {
 	touches []session.Touch
 	gates   []string
 	gen     func() ([]byte, error)
-	upd     updateStep
+	updIn   updateStep // where an update step starts
+	upd     updateStep // where it ended, and what it did
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
@@ -96,6 +99,10 @@ type updateStep struct {
 type gateEntry struct {
 	name string
 	c    session.Counters
+	// lb is a lower bound of the gate's first waiting position (0 when
+	// unknown), where the search for it starts: positions never move, and
+	// no session goes from active back to waiting, so it stays one.
+	lb int64
 
 	inBatch bool // listed in batch.touched
 	save    bool // counters changed in this transaction
@@ -115,10 +122,10 @@ type batch struct {
 	events  []session.Event
 	undo    []undoEntry // gates the current op touched, as they were before it
 	broken  error       // the transaction can no longer be committed
-	// poisoned is an op without a savepoint that failed on a storage error:
-	// the transaction is rolled back and run again without it.
+	// poisoned is an op that failed on a storage error: the transaction is
+	// rolled back and run again without it.
 	poisoned *op
-	waiters  []session.Session
+	rows     []session.Session // rows read by an op
 }
 
 // maxPoisoned is how many poisoned ops a batch survives before it fails as a
@@ -133,20 +140,6 @@ var (
 	testHookBeforeCommit func() error
 )
 
-// savepointed reports whether an op of kind k runs inside a savepoint of its
-// own. Those that write one session row at most (join, leave, secret) do
-// not: a failed statement rolls back only itself, and a storage error, which
-// might have rolled back more, poisons the transaction instead (see
-// runBatch). The savepoint would cost two statements and a copy of every
-// page the op touches on the hottest path.
-func (k opKind) savepointed() bool {
-	switch k {
-	case opJoin, opLeave, opSecret:
-		return false
-	}
-	return true
-}
-
 // beforeWriteError marks an op's failure that came before it wrote
 // anything, so that it does not poison the transaction.
 type beforeWriteError struct{ err error }
@@ -158,28 +151,82 @@ func (e *beforeWriteError) Unwrap() error { return e.err }
 func (s *Store) run() {
 	defer close(s.writerDone)
 	ops := make([]*op, 0, s.maxBatch)
-	for o := range s.ops {
+	var timer *time.Timer
+	prev := 0     // the previous batch's size
+	idle := false // the queue was empty when the previous batch ended
+	for {
+		idle = len(s.ops) == 0
+		o, ok := <-s.ops
+		if !ok {
+			return
+		}
 		ops = append(ops[:0], o)
 		if len(s.ops) == 0 {
 			// Let the callers that are about to queue do so: a batch formed
 			// a moment later is larger, and a commit costs more than an op.
 			runtime.Gosched()
 		}
-	fill:
-		for len(ops) < s.maxBatch {
-			select {
-			case o, ok := <-s.ops:
-				if !ok {
-					break fill
+		open := s.fill(&ops)
+		// The callers answered by the previous batch tend to come back
+		// together (an HTTP client sends its next request): when fewer are
+		// queued, wait a moment for as many, sleeping, which leaves the CPU
+		// to them. A lone caller (a previous batch of 1) never waits.
+		if want := min(prev*xmul/xdiv, s.maxBatch); open && (idle || xidle) && s.gather > 0 && prev >= gatherMin && len(ops) < want {
+			if timer == nil {
+				timer = time.NewTimer(s.gather)
+			} else {
+				timer.Reset(s.gather)
+			}
+		wait:
+			for len(ops) < want {
+				select {
+				case o, ok := <-s.ops:
+					if !ok {
+						open = false
+						break wait
+					}
+					ops = append(ops, o)
+				case <-timer.C:
+					break wait
 				}
-				ops = append(ops, o)
-			default:
-				break fill
+			}
+			timer.Stop()
+			if open {
+				s.fill(&ops)
+			}
+		}
+		prev = len(ops)
+		for _, o := range ops {
+			if o.kind == opUpdate {
+				prev = 0 // an update's caller drives it: nobody to wait for
+				break
 			}
 		}
 		s.runBatch(ops)
 		clear(ops)
+		s.ck.committed(&s.wc, s.wc.framesWritten(), len(s.ops) == 0 && s.updating.Load() == 0)
 	}
+}
+
+// gatherMin is the smallest previous batch after which the writer waits for
+// more ops (Options.GatherWindow).
+const gatherMin = 2
+
+// fill appends the queued ops to ops, up to maxBatch, without waiting. It
+// reports false when the queue is closed.
+func (s *Store) fill(ops *[]*op) bool {
+	for len(*ops) < s.maxBatch {
+		select {
+		case o, ok := <-s.ops:
+			if !ok {
+				return false
+			}
+			*ops = append(*ops, o)
+		default:
+			return true
+		}
+	}
+	return true
 }
 
 func answer(o *op) { o.done <- struct{}{} }
@@ -205,8 +252,9 @@ func (s *Store) runBatch(ops []*op) {
 		gates, err := s.attempt(b)
 		if err == nil {
 			s.stats.txs.Add(1)
+			s.idx.commit()
 			if fn := s.listener.Load(); fn != nil && (len(b.events) > 0 || len(gates) > 0) {
-				(*fn)(session.Commit{Events: b.events, Gates: gates})
+				s.notify(*fn, session.Commit{Events: b.events, Gates: gates})
 			}
 			for _, o := range b.live {
 				answer(o)
@@ -217,10 +265,11 @@ func (s *Store) runBatch(ops []*op) {
 			s.failBatch(b, err)
 			return
 		}
-		// One op failed on a storage error without a savepoint to undo it:
-		// roll back, answer it, and run the others again.
+		// One op failed on a storage error, which may have left writes
+		// behind: roll back, answer it, and run the others again.
 		s.stats.failed.Add(1)
 		_, _ = s.wc.exec(s.wc.rollback)
+		s.idx.rollback()
 		clear(s.cache)
 		s.log.Warn("anteroom: sqlite operation failed; running the rest of its batch again", "path", s.path, "op", b.poisoned.kind.String(), "err", b.poisoned.err)
 		live := b.live[:0]
@@ -235,6 +284,17 @@ func (s *Store) runBatch(ops []*op) {
 	}
 }
 
+// notify calls the commit listener. A listener that panics is a bug, but it
+// must not kill the writer and leave every caller waiting forever.
+func (s *Store) notify(fn func(session.Commit), c session.Commit) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("anteroom: commit listener panicked", "path", s.path, "panic", p)
+		}
+	}()
+	fn(c)
+}
+
 // attempt runs b.live in one transaction and commits it. On error the
 // transaction is still open (or gone) and b.poisoned may name the op to
 // blame.
@@ -242,6 +302,7 @@ func (s *Store) attempt(b *batch) (map[string]session.GateState, error) {
 	b.touched = b.touched[:0]
 	b.events = nil // handed to the listener, which may keep it
 	b.broken, b.poisoned = nil, nil
+	s.idx.rollback()
 	if _, err := s.wc.exec(s.wc.begin); err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
@@ -272,6 +333,7 @@ func (s *Store) attempt(b *batch) (map[string]session.GateState, error) {
 func (s *Store) failBatch(b *batch, err error) {
 	s.stats.failed.Add(1)
 	_, _ = s.wc.exec(s.wc.rollback) // fails harmlessly when no transaction is open
+	s.idx.rollback()
 	clear(s.cache)
 	s.log.Error("anteroom: sqlite transaction failed", "path", s.path, "ops", len(b.live), "err", err)
 	for _, o := range b.live {
@@ -280,30 +342,20 @@ func (s *Store) failBatch(b *batch, err error) {
 	}
 }
 
-// runOp runs o, inside its own savepoint when o.kind.savepointed(). When o
-// fails, its writes and the writer's copies of what it changed are undone
-// and o keeps its error; the rest of the batch goes on. An op without a
-// savepoint that fails on a storage error poisons the transaction instead.
+// runOp runs o. When o fails, the writer's copies of what it changed are
+// undone and o keeps its error; the rest of the batch goes on. A failure on
+// a storage error may have left writes behind: it poisons the transaction,
+// which is run again without o (see runBatch). Ops fail otherwise only
+// before they write (not found, ...), so no op needs a savepoint, whose
+// sub-journal would copy every page an op touches.
 func (s *Store) runOp(b *batch, o *op) {
 	b.undo = b.undo[:0]
 	nEvents := len(b.events)
-	sp := o.kind.savepointed()
-	if sp {
-		if _, err := s.wc.exec(s.wc.savepoint); err != nil {
-			b.broken = fmt.Errorf("savepoint: %w", err)
-			return
-		}
-	}
 	err := s.apply(b, o)
 	if err == nil && testHookOpDone != nil {
 		err = testHookOpDone(o)
 	}
 	if err == nil {
-		if sp {
-			if _, rerr := s.wc.exec(s.wc.releaseSP); rerr != nil {
-				b.broken = fmt.Errorf("release savepoint: %w", rerr)
-			}
-		}
 		return
 	}
 	o.err = err
@@ -320,22 +372,12 @@ func (s *Store) runOp(b *batch, o *op) {
 		}
 		*e = u.prev
 	}
-	if !sp {
-		// A domain error (not found, ...) comes before any write but the
-		// gate row's creation, which may stay. Anything else may have left
-		// a write behind, or lost the transaction.
-		var clean *beforeWriteError
-		if session.CodeOf(err) == session.CodeInternal && !errors.As(err, &clean) {
-			b.poisoned = o
-		}
-		return
-	}
-	if _, rerr := s.wc.exec(s.wc.rollbackTo); rerr != nil {
-		b.broken = fmt.Errorf("rollback to savepoint: %w", rerr)
-		return
-	}
-	if _, rerr := s.wc.exec(s.wc.releaseSP); rerr != nil {
-		b.broken = fmt.Errorf("release savepoint: %w", rerr)
+	// A domain error (not found, ...) comes before any write but the gate
+	// row's creation, which may stay. Anything else may have left a write
+	// behind, or lost the transaction.
+	var clean *beforeWriteError
+	if session.CodeOf(err) == session.CodeInternal && !errors.As(err, &clean) {
+		b.poisoned = o
 	}
 }
 
@@ -367,3 +409,11 @@ func (s *Store) apply(b *batch, o *op) error {
 	}
 	return err
 }
+
+var xidle = os.Getenv("XIDLE") != ""
+
+var xmul, xdiv = func() (int, int) {
+	a, _ := strconv.Atoi(os.Getenv("XMUL"))
+	b, _ := strconv.Atoi(os.Getenv("XDIV"))
+	return max(a, 1), max(b, 1)
+}()

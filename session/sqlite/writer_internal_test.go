@@ -244,7 +244,9 @@ func TestCloseDrainsTheQueue(t *testing.T) {
 	require.Len(t, rows, 2)
 }
 
-func TestFailedSavepointedOpRollsBackOnlyItself(t *testing.T) {
+// A release writes several rows (the delete, the promotions): when it fails
+// after them, the transaction is run again without it.
+func TestFailedReleaseRollsBackOnlyItself(t *testing.T) {
 	injected := errors.New("injected")
 	setHooks(t, func(o *op) error {
 		if o.kind == opRelease && o.id == "a" {
@@ -275,7 +277,7 @@ func TestFailedSavepointedOpRollsBackOnlyItself(t *testing.T) {
 	j := <-joins[0]
 	require.NoError(t, j.err)
 	assert.Equal(t, int64(4), j.s.Position)
-	assert.Equal(t, failedBefore, s.Stats().FailedTransactions, "a savepoint, not a retry")
+	assert.Equal(t, failedBefore+1, s.Stats().FailedTransactions, "the attempt with the release, run again without it")
 
 	a, err := s.Get(ctx, "default", "a")
 	require.NoError(t, err)
@@ -289,4 +291,48 @@ func TestFailedSavepointedOpRollsBackOnlyItself(t *testing.T) {
 	snaps, err := s.Load(ctx, []string{"default"})
 	require.NoError(t, err)
 	assert.Equal(t, session.Counters{NextPosition: 5, Active: 1, Waiting: 3}, snaps["default"].State.Counters)
+}
+
+func TestUpdateStepRunAgainAfterPoison(t *testing.T) {
+	setHooks(t, func(o *op) error {
+		if o.kind == opJoin && o.id == "boom" {
+			return errors.New("injected")
+		}
+		return nil
+	}, nil)
+	s := openInternal(t)
+	cfg := sessiontest.GateConfig("default", 2)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b", "w1", "w2"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	_, err := s.Leave(ctx, cfg, "w1", epoch)
+	require.NoError(t, err)
+	now := epoch.Add(cfg.ActiveTimeout + time.Second)
+
+	release := blockWriter(t, s)
+	type updated struct {
+		r   session.UpdateReport
+		err error
+	}
+	upd := make(chan updated, 1)
+	n := len(s.ops)
+	go func() {
+		r, err := s.Update(ctx, cfg, now, 100)
+		upd <- updated{r, err}
+	}()
+	waitQueued(t, s, n+1)
+	boom := queueJoins(t, s, ctx, cfg, "boom")
+	release()
+	require.Error(t, (<-boom[0]).err)
+	u := <-upd
+	require.NoError(t, u.err)
+	assert.Equal(t, session.UpdateReport{Gate: "default", PurgedWaiting: 1, PurgedActive: 2, Promoted: 1, Transactions: 1},
+		session.UpdateReport{Gate: u.r.Gate, PurgedWaiting: u.r.PurgedWaiting, PurgedActive: u.r.PurgedActive, Promoted: u.r.Promoted, Transactions: u.r.Transactions})
+	rows, err := s.Rows(ctx, "default")
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	assert.Equal(t, "w2", rows[0].ID)
+	assert.Equal(t, session.StatusActive, rows[0].Status)
 }

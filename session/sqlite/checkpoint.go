@@ -1,0 +1,256 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+)
+
+// WAL checkpoints run off the writer's commit path. The writer connection
+// has wal_autocheckpoint=0, so a COMMIT only appends frames to the WAL and
+// never copies them back, nor fsyncs. A checkpointer goroutine on its own
+// connection copies them (PASSIVE: it never blocks the writer) when the
+// writer has appended ckptFrames frames since it last asked, and every
+// ckptInterval when anything was written. Its fsyncs stall nobody. While an
+// Update runs, it waits (unless the WAL passes restartFrames) and catches up
+// after: its copying and fsyncs slow the update's transactions and the
+// joins between them, and an update's burst of scattered pages is better
+// copied once, after it.
+//
+// The WAL restarts from its beginning only when a write transaction begins
+// while every frame is backfilled and synced, which a background checkpoint
+// alone seldom achieves under load: the writer appends while it copies. So
+// a restart costs the writer a pause: it checkpoints what the last
+// background pass left, with an fsync, and its next commit syncs the new WAL
+// header. fsyncs are slow and erratic on shared disks (tens of ms), so the
+// writer does it only when the WAL has passed restartFrames, the residue is
+// small (residualFrames) and the moment is quiet: no op queued, no Update
+// running. Should the WAL pass highFrames anyway (a load the checkpointer
+// cannot follow, or one without pauses), the writer checkpoints at the next
+// transaction whatever it costs. When the writer has been idle for a whole
+// interval, the checkpointer truncates the WAL file (TRUNCATE), which also
+// restarts it. Close checkpoints and truncates it last.
+const (
+	ckptFrames     = 1000
+	ckptInterval   = time.Second
+	restartBytes   = 64 << 20
+	residualFrames = 256
+	highBytes      = 256 << 20
+)
+
+// ckptReading is what a checkpoint saw: the WAL's length in frames, the
+// frames backfilled, and the writer's frame count when it started.
+type ckptReading struct {
+	log, done, writtenAt int64
+}
+
+type checkpointer struct {
+	log  *slog.Logger
+	path string
+	c    driver.Conn
+	st   struct{ passive, truncate *stmt }
+	args wconn // to run st on c
+
+	// mu is held while a checkpoint runs, by the checkpointer goroutine or
+	// the writer: one at a time.
+	mu sync.Mutex
+
+	nudge chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+	// paused reports whether background passes wait (an Update runs).
+	paused func() bool
+
+	// written counts the frames the writer appended to the WAL since Open.
+	written atomic.Int64
+	// nudged is written when the writer last nudged (writer only).
+	nudged  int64
+	reading atomic.Pointer[ckptReading]
+	// restartFrames and highFrames are restartBytes and highBytes in pages.
+	restartFrames, highFrames int64
+
+	stats struct{ background, writer, truncates, failed atomic.Int64 }
+}
+
+func openCheckpointer(ctx context.Context, dsn string, pageSize int64, paused func() bool, log *slog.Logger, path string) (*checkpointer, error) {
+	c, err := (&sqlite.Driver{}).Open(dsn)
+	if err != nil {
+		return nil, err
+	}
+	k := &checkpointer{
+		log: log, path: path, c: c, paused: paused,
+		nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		restartFrames: restartBytes / pageSize, highFrames: highBytes / pageSize,
+	}
+	k.args.c = c
+	k.reading.Store(&ckptReading{})
+	pc, ok := c.(driver.ConnPrepareContext)
+	if !ok {
+		_ = c.Close()
+		return nil, fmt.Errorf("driver connection cannot prepare with a context")
+	}
+	for _, p := range []struct {
+		dst **stmt
+		sql string
+	}{{&k.st.passive, "PRAGMA wal_checkpoint(PASSIVE)"}, {&k.st.truncate, "PRAGMA wal_checkpoint(TRUNCATE)"}} {
+		st, err := pc.PrepareContext(ctx, p.sql)
+		if err != nil {
+			_ = k.close()
+			return nil, fmt.Errorf("prepare %q: %w", p.sql, err)
+		}
+		q, ok := st.(driver.StmtQueryContext)
+		if !ok {
+			_ = st.Close()
+			_ = k.close()
+			return nil, fmt.Errorf("driver statement cannot query with a context")
+		}
+		*p.dst = &stmt{st: st, q: q}
+	}
+	return k, nil
+}
+
+func (k *checkpointer) close() error {
+	for _, s := range []*stmt{k.st.passive, k.st.truncate} {
+		if s != nil {
+			_ = s.st.Close()
+		}
+	}
+	return k.c.Close()
+}
+
+// checkpoint runs st (a PRAGMA wal_checkpoint) on w, the checkpointer's or
+// the writer's connection, and returns its answer: whether it was blocked,
+// the WAL's length in frames, the frames backfilled. The caller holds k.mu.
+func checkpoint(w *wconn, st *stmt) (busy bool, log, done int64, err error) {
+	var dest [3]driver.Value
+	if _, err := w.queryRow(st, dest[:]); err != nil {
+		return false, 0, 0, err
+	}
+	return asInt(dest[0]) != 0, asInt(dest[1]), asInt(dest[2]), nil
+}
+
+// wal estimates the WAL's length in frames, and the frames not backfilled,
+// from the last reading and what the writer appended since.
+func (k *checkpointer) wal(written int64) (frames, residual int64) {
+	r := k.reading.Load()
+	since := written - r.writtenAt
+	return r.log + since, r.log - r.done + since
+}
+
+// run is the checkpointer goroutine.
+func (k *checkpointer) run() {
+	defer close(k.done)
+	t := time.NewTicker(ckptInterval)
+	defer t.Stop()
+	var lastRun, lastTick, truncatedAt int64
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-k.nudge:
+		case <-t.C:
+			w := k.written.Load()
+			idle := w == lastTick
+			lastTick = w
+			if idle && w != truncatedAt {
+				// Nothing written for a whole interval: backfill all and
+				// give the disk space back.
+				k.mu.Lock()
+				_, _, _, err := checkpoint(&k.args, k.st.truncate)
+				k.mu.Unlock()
+				if err != nil {
+					k.failed(err)
+					continue
+				}
+				k.stats.truncates.Add(1)
+				k.reading.Store(&ckptReading{writtenAt: w})
+				truncatedAt, lastRun = w, w
+				continue
+			}
+			if w == lastRun {
+				continue
+			}
+		}
+		if w := k.written.Load(); k.paused() {
+			if frames, _ := k.wal(w); frames < k.restartFrames {
+				continue
+			}
+		}
+		lastRun = k.pass()
+	}
+}
+
+// pass runs one PASSIVE checkpoint and returns the writer's frame count
+// when it started.
+func (k *checkpointer) pass() int64 {
+	w := k.written.Load()
+	k.mu.Lock()
+	_, log, done, err := checkpoint(&k.args, k.st.passive)
+	k.mu.Unlock()
+	if err != nil {
+		k.failed(err)
+		return w
+	}
+	k.stats.background.Add(1)
+	k.reading.Store(&ckptReading{log: log, done: done, writtenAt: w})
+	return w
+}
+
+// kick asks for a background pass now.
+func (k *checkpointer) kick() {
+	select {
+	case k.nudge <- struct{}{}:
+	default:
+	}
+}
+
+func (k *checkpointer) failed(err error) {
+	k.stats.failed.Add(1)
+	k.log.Warn("anteroom: WAL checkpoint failed", "path", k.path, "err", err)
+}
+
+// committed is called by the writer after each transaction with the frames
+// it appended. It nudges the checkpointer every ckptFrames frames, and
+// checkpoints on w itself to let the WAL restart (see above); quiet says
+// that no op is queued and no Update runs.
+func (k *checkpointer) committed(w *wconn, frames int64, quiet bool) {
+	if frames <= 0 {
+		return
+	}
+	written := k.written.Add(frames)
+	if written-k.nudged >= ckptFrames {
+		k.nudged = written
+		k.kick()
+	}
+	wal, residual := k.wal(written)
+	switch {
+	case wal < k.restartFrames:
+		return
+	case wal >= 2*k.highFrames:
+		k.mu.Lock()
+	case wal >= k.highFrames || quiet && residual <= residualFrames:
+		// While a background pass runs, let it finish: it shortens this one.
+		if !k.mu.TryLock() {
+			return
+		}
+	default:
+		return
+	}
+	busy, log, done, err := checkpoint(w, w.checkpoint)
+	k.mu.Unlock()
+	if err != nil {
+		k.failed(err)
+		return
+	}
+	k.stats.writer.Add(1)
+	if !busy && done == log {
+		log, done = 0, 0 // the writer's next transaction restarts the WAL
+	}
+	k.reading.Store(&ckptReading{log: log, done: done, writtenAt: written})
+}

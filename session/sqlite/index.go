@@ -1,0 +1,200 @@
+package sqlite
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+// idIndex finds a session's row from its key (gate, id): it maps the key to
+// the row's seq (its rowid). It lives in memory only and is rebuilt from the
+// table at Open.
+//
+// Why not an SQL index: session ids are random, so an index on them takes
+// every insert to a random page, and every join writes a page of its own
+// to the WAL; SQLite's batched random-key insert tops out at about a fifth
+// of its insert in key order here. Without it, a join appends to the right
+// edge of the table and of the waiting-line index, and a transaction of
+// hundreds of joins writes a handful of pages. Owning the file alone (the
+// process lock) is what makes an index kept beside the table sound, as it
+// does for the counters.
+//
+// Memory: the keys are not kept, only a 64-bit keyed hash of each (random
+// seed per Store) and the seq, about 30 bytes per session, in a map without
+// pointers, which the garbage collector does not scan. Every hit is
+// verified against the row itself, so a hash collision is never taken for
+// the session: the key that finds its hash taken by another live session
+// goes to the small map of full keys, long.
+//
+// The shared maps hold what is committed; they are read by Get (under mu)
+// and by the writer, and changed only by the writer, after each commit,
+// from the transaction's pending changes. The writer sees its own pending
+// changes first.
+type idIndex struct {
+	seed maphash.Seed
+
+	mu    sync.RWMutex
+	gates map[string]*gateIDs
+
+	// The transaction's changes, owned by the writer: a position, or a
+	// deletion.
+	pendH    map[hashKey]pending
+	pendLong map[longKey]pending
+}
+
+// gateIDs is the index of one gate: positions are a gate's own.
+type gateIDs struct {
+	h    map[uint64]int64 // hash(id) -> position
+	long map[string]int64 // id -> position, for ids whose hash another session holds
+}
+
+type hashKey struct {
+	gate string
+	h    uint64
+}
+
+type longKey struct{ gate, id string }
+
+type pending struct {
+	pos int64
+	del bool
+}
+
+func newIDIndex() *idIndex {
+	return &idIndex{
+		seed:     maphash.MakeSeed(),
+		gates:    make(map[string]*gateIDs),
+		pendH:    make(map[hashKey]pending),
+		pendLong: make(map[longKey]pending),
+	}
+}
+
+func (x *idIndex) hash(id string) uint64 { return maphash.String(x.seed, id) }
+
+// slot says where an id's entry is, or would go.
+type slot struct {
+	hash uint64
+	long bool // the id is in long (or goes there)
+}
+
+// get returns the committed position that may hold (gate, id), and whether
+// there is one. The caller verifies the row. Safe for concurrent use.
+func (x *idIndex) get(gate, id string) (int64, bool) {
+	h := x.hash(id)
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	g := x.gates[gate]
+	if g == nil {
+		return 0, false
+	}
+	if len(g.long) > 0 {
+		if pos, ok := g.long[id]; ok {
+			return pos, true
+		}
+	}
+	pos, ok := g.h[h]
+	return pos, ok
+}
+
+// lookup is get for the writer, inside its transaction: pending changes
+// first. The writer is the only one to change the shared maps, so it reads
+// them without the lock.
+func (x *idIndex) lookup(gate, id string) (int64, slot, bool) {
+	sl := slot{hash: x.hash(id)}
+	g := x.gates[gate]
+	if len(x.pendLong) > 0 || g != nil && len(g.long) > 0 {
+		if p, ok := x.pendLong[longKey{gate, id}]; ok {
+			return p.pos, slot{hash: sl.hash, long: true}, !p.del
+		}
+		if g != nil {
+			if pos, ok := g.long[id]; ok {
+				return pos, slot{hash: sl.hash, long: true}, true
+			}
+		}
+	}
+	if p, ok := x.pendH[hashKey{gate, sl.hash}]; ok {
+		return p.pos, sl, !p.del
+	}
+	if g == nil {
+		return 0, sl, false
+	}
+	pos, ok := g.h[sl.hash]
+	return pos, sl, ok
+}
+
+// put records, in the transaction, that the id now lives at pos.
+func (x *idIndex) put(gate, id string, sl slot, pos int64) {
+	if sl.long {
+		x.pendLong[longKey{gate, id}] = pending{pos: pos}
+		return
+	}
+	x.pendH[hashKey{gate, sl.hash}] = pending{pos: pos}
+}
+
+// remove records, in the transaction, that the row at pos of (gate, id) is
+// gone. An entry that names another row (an id that shares the hash) is
+// left.
+func (x *idIndex) remove(gate, id string, pos int64) {
+	cur, sl, ok := x.lookup(gate, id)
+	if !ok || cur != pos {
+		return
+	}
+	if sl.long {
+		x.pendLong[longKey{gate, id}] = pending{del: true}
+		return
+	}
+	x.pendH[hashKey{gate, sl.hash}] = pending{del: true}
+}
+
+// gateIDs returns the shared index of gate, creating it; the caller holds
+// mu (or is loading, before the writer starts).
+func (x *idIndex) gate(gate string) *gateIDs {
+	g := x.gates[gate]
+	if g == nil {
+		g = &gateIDs{h: make(map[uint64]int64), long: make(map[string]int64)}
+		x.gates[gate] = g
+	}
+	return g
+}
+
+// commit applies the transaction's changes to the shared maps.
+func (x *idIndex) commit() {
+	if len(x.pendH) == 0 && len(x.pendLong) == 0 {
+		return
+	}
+	x.mu.Lock()
+	for k, p := range x.pendH {
+		g := x.gate(k.gate)
+		if p.del {
+			delete(g.h, k.h)
+		} else {
+			g.h[k.h] = p.pos
+		}
+	}
+	for k, p := range x.pendLong {
+		g := x.gate(k.gate)
+		if p.del {
+			delete(g.long, k.id)
+		} else {
+			g.long[k.id] = p.pos
+		}
+	}
+	x.mu.Unlock()
+	x.rollback()
+}
+
+// rollback drops the transaction's changes.
+func (x *idIndex) rollback() {
+	clear(x.pendH)
+	clear(x.pendLong)
+}
+
+// size returns the number of sessions indexed.
+func (x *idIndex) size() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	n := 0
+	for _, g := range x.gates {
+		n += len(g.h) + len(g.long)
+	}
+	return n
+}

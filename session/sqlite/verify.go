@@ -1,0 +1,121 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+)
+
+// countersRepair is one gate whose persisted counters did not match its rows.
+type countersRepair struct {
+	gate                  string
+	active, waiting       int64 // as stored
+	activeRows, waitRows  int64 // as counted
+	nextPosition, maxSeen int64 // next_position as stored, largest position in a row
+}
+
+// verifyCounters checks, once at open, every gate's counters against the rows
+// they count and next_position against the largest position, in one
+// transaction on conn (the writer's, before the writer starts). A mismatch is
+// repaired (counters := counts, next_position := max+1 when it is not above
+// every position) and logged as a warning with the numbers; a gate row
+// missing for sessions that exist is recreated. It returns the repairs made,
+// and the error of any statement.
+func verifyCounters(ctx context.Context, conn *sql.Conn, log *slog.Logger) ([]countersRepair, error) {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return nil, fmt.Errorf("verify counters: %w", err)
+	}
+	repairs, err := verifyCountersTx(ctx, conn)
+	if err == nil && len(repairs) > 0 {
+		_, err = conn.ExecContext(ctx, "COMMIT")
+	} else {
+		_, rbErr := conn.ExecContext(ctx, "ROLLBACK")
+		if err == nil {
+			err = rbErr
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("verify counters: %w", err)
+	}
+	for _, r := range repairs {
+		log.Warn("anteroom: gate counters did not match the stored sessions; repaired",
+			"gate", r.gate,
+			"active_stored", r.active, "active_rows", r.activeRows,
+			"waiting_stored", r.waiting, "waiting_rows", r.waitRows,
+			"next_position_stored", r.nextPosition, "largest_position", r.maxSeen)
+	}
+	return repairs, nil
+}
+
+func verifyCountersTx(ctx context.Context, conn *sql.Conn) ([]countersRepair, error) {
+	type counts struct{ active, waiting, maxPos int64 }
+	actual := map[string]*counts{}
+	rows, err := conn.QueryContext(ctx, `SELECT gate, status, COUNT(*), MAX(position) FROM sessions GROUP BY gate, status`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var gate string
+		var status, n, maxPos int64
+		if err := rows.Scan(&gate, &status, &n, &maxPos); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		c := actual[gate]
+		if c == nil {
+			c = &counts{}
+			actual[gate] = c
+		}
+		if status == 1 { // status: 0 waiting, 1 active (migrations/0001)
+			c.active = n
+		} else {
+			c.waiting = n
+		}
+		c.maxPos = max(c.maxPos, maxPos)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+
+	stored := map[string]countersRepair{}
+	rows, err = conn.QueryContext(ctx, `SELECT name, next_position, active, waiting FROM gates`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var r countersRepair
+		if err := rows.Scan(&r.gate, &r.nextPosition, &r.active, &r.waiting); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		stored[r.gate] = r
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+
+	var repairs []countersRepair
+	for gate, c := range actual {
+		if _, ok := stored[gate]; !ok { // sessions without their gate row
+			stored[gate] = countersRepair{gate: gate, nextPosition: -1}
+		}
+		r := stored[gate]
+		r.activeRows, r.waitRows, r.maxSeen = c.active, c.waiting, c.maxPos
+		stored[gate] = r
+	}
+	for gate, r := range stored {
+		next := max(r.nextPosition, r.maxSeen+1, 1)
+		if r.active == r.activeRows && r.waiting == r.waitRows && next == r.nextPosition {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx,
+			`INSERT INTO gates (name, next_position, active, waiting) VALUES (?, ?, ?, ?)
+			 ON CONFLICT (name) DO UPDATE SET next_position = excluded.next_position, active = excluded.active, waiting = excluded.waiting`,
+			gate, next, r.activeRows, r.waitRows); err != nil {
+			return nil, err
+		}
+		repairs = append(repairs, r)
+	}
+	return repairs, nil
+}
