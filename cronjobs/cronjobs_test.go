@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"log/slog"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,29 +72,12 @@ func (f *fakeUpdater) Update(ctx context.Context) ([]session.UpdateReport, error
 	return f.reports, f.err
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newLogger(buf *syncBuffer) *slog.Logger {
+func newLogger(buf *sessiontest.LogBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 func TestRunUpdateLogsWhatEachGatePurgedAndPromoted(t *testing.T) {
-	var buf syncBuffer
+	var buf sessiontest.LogBuffer
 	u := &fakeUpdater{reports: []session.UpdateReport{
 		{Gate: "default", PurgedWaiting: 3, PurgedActive: 2, Promoted: 4, Transactions: 3},
 		{Gate: "quiet"},
@@ -106,7 +89,7 @@ func TestRunUpdateLogsWhatEachGatePurgedAndPromoted(t *testing.T) {
 }
 
 func TestRunUpdateReportsFailure(t *testing.T) {
-	var buf syncBuffer
+	var buf sessiontest.LogBuffer
 	u := &fakeUpdater{err: errors.New("disk full")}
 	err := cronjobs.RunUpdate(context.Background(), u, newLogger(&buf))
 	require.ErrorContains(t, err, "disk full")
@@ -120,7 +103,7 @@ type everyFewMillis struct{}
 func (everyFewMillis) Next(t time.Time) time.Time { return t.Add(5 * time.Millisecond) }
 
 func TestSchedulerTicksAndStops(t *testing.T) {
-	var buf syncBuffer
+	var buf sessiontest.LogBuffer
 	u := &fakeUpdater{reports: []session.UpdateReport{{Gate: "default", Promoted: 1}}}
 	s := cronjobs.Start(u, everyFewMillis{}, cronjobs.Options{Logger: newLogger(&buf)})
 	require.Eventually(t, func() bool { return u.calls.Load() >= 3 }, 5*time.Second, time.Millisecond)
@@ -136,7 +119,7 @@ func TestSchedulerTicksAndStops(t *testing.T) {
 }
 
 func TestSchedulerRecoversFromPanics(t *testing.T) {
-	var buf syncBuffer
+	var buf sessiontest.LogBuffer
 	u := &fakeUpdater{panics: true}
 	s := cronjobs.Start(u, everyFewMillis{}, cronjobs.Options{Logger: newLogger(&buf)})
 	require.Eventually(t, func() bool { return u.calls.Load() >= 3 }, 5*time.Second, time.Millisecond,
@@ -146,7 +129,7 @@ func TestSchedulerRecoversFromPanics(t *testing.T) {
 }
 
 func TestSchedulerSkipsOverlappingTicks(t *testing.T) {
-	var buf syncBuffer
+	var buf sessiontest.LogBuffer
 	u := &fakeUpdater{block: make(chan struct{})}
 	s := cronjobs.Start(u, everyFewMillis{}, cronjobs.Options{Logger: newLogger(&buf)})
 	require.Eventually(t, func() bool { return bytes.Contains([]byte(buf.String()), []byte("skip")) }, 5*time.Second, time.Millisecond,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -18,27 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// syncBuffer collects a server's log safely while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type running struct {
 	addr string
-	log  *syncBuffer
+	log  *sessiontest.LogBuffer
 	stop func() error
 }
 
@@ -49,7 +32,7 @@ func start(t *testing.T, environ []string) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
-	log := &syncBuffer{}
+	log := &sessiontest.LogBuffer{}
 	env := append([]string{"ANTEROOM_LISTEN=127.0.0.1:0"}, environ...)
 	go func() {
 		done <- run(ctx, nil, env, io.Discard, log, func(addr string) { addrCh <- addr })

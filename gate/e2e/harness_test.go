@@ -1,10 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -43,12 +43,12 @@ type sidecar struct {
 	url      string
 	store    *sqlite.Store
 	waitlist *session.Waitlist
-	logs     *syncBuffer
+	logs     *sessiontest.LogBuffer
 }
 
 func startSidecar(t *testing.T, cfg session.GateConfig) *sidecar {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &sessiontest.LogBuffer{}
 	dumpOnFailure(t, "sidecar log", logs)
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	sc := gatetest.StartSidecar(t, gatetest.Options{
@@ -136,7 +136,7 @@ type browser struct {
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
 	execPath := findChromium(t)
-	output := &syncBuffer{}
+	output := &sessiontest.LogBuffer{}
 	dumpOnFailure(t, "chromium output", output)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(execPath),
@@ -371,27 +371,9 @@ func (u *user) screenshot() []byte {
 
 // ---- small things ----------------------------------------------------------------
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // dumpOnFailure logs the tail of buf when the test failed. Registered
 // before what writes to buf, it runs after that is stopped.
-func dumpOnFailure(t *testing.T, name string, buf *syncBuffer) {
+func dumpOnFailure(t *testing.T, name string, buf *sessiontest.LogBuffer) {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return

@@ -201,17 +201,27 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	return nil
 }
 
-func (s *Store) applyLeave(b *batch, o *op) error {
+// existing returns the op's gate and its session's row, or the not-found
+// error of an op on an absent session.
+func (s *Store) existing(b *batch, o *op) (*gateEntry, *session.Session, slot, error) {
 	e, err := s.gate(b, o.cfg.Name)
 	if err != nil {
-		return err
+		return nil, nil, slot{}, err
 	}
-	existing, sl, err := s.find(e.name, o.id)
+	row, sl, err := s.find(e.name, o.id)
+	if err != nil {
+		return nil, nil, sl, err
+	}
+	if row == nil {
+		return nil, nil, sl, notFound(o.kind, e.name, o.id)
+	}
+	return e, row, sl, nil
+}
+
+func (s *Store) applyLeave(b *batch, o *op) error {
+	e, existing, sl, err := s.existing(b, o)
 	if err != nil {
 		return err
-	}
-	if existing == nil {
-		return notFound(o.kind, e.name, o.id)
 	}
 	out := session.DecideLeave(existing, normTime(o.now))
 	if err := s.write(e, out, sl); err != nil {
@@ -225,16 +235,9 @@ func (s *Store) applyLeave(b *batch, o *op) error {
 }
 
 func (s *Store) applyRelease(b *batch, o *op) error {
-	e, err := s.gate(b, o.cfg.Name)
+	e, existing, sl, err := s.existing(b, o)
 	if err != nil {
 		return err
-	}
-	existing, sl, err := s.find(e.name, o.id)
-	if err != nil {
-		return err
-	}
-	if existing == nil {
-		return notFound(o.kind, e.name, o.id)
 	}
 	out := session.DecideRelease(o.cfg, e.c, existing)
 	if err := s.write(e, out, sl); err != nil {

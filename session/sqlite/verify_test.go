@@ -1,12 +1,11 @@
 package sqlite_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,23 +15,6 @@ import (
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sqlite"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // On open the store checks every gate's counters against its rows and
 // next_position against the largest position, repairs a mismatch and says so
@@ -52,7 +34,7 @@ func TestOpenRepairsCountersThatDisagreeWithTheRows(t *testing.T) {
 	require.NoError(t, st.Close())
 
 	// A clean open says nothing.
-	var log lockedBuffer
+	var log sessiontest.LogBuffer
 	st, err = sqlite.Open(path, sqlite.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	require.NoError(t, err)
 	require.NoError(t, st.Close())
