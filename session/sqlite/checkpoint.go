@@ -38,10 +38,14 @@ import (
 // restarts it. Close checkpoints and truncates it last.
 const (
 	ckptFrames     = 1000
-	ckptInterval   = time.Second
-	restartBytes   = 64 << 20
 	residualFrames = 256
-	highBytes      = 256 << 20
+)
+
+// Variables for the tests, which set them before Open.
+var (
+	ckptInterval       = time.Second
+	restartBytes int64 = 64 << 20
+	highBytes    int64 = 256 << 20
 )
 
 // ckptReading is what a checkpoint saw: the WAL's length in frames, the

@@ -21,11 +21,31 @@
 //
 // Every write goes through one writer goroutine on one connection. It takes
 // all operations queued at the time (up to Options.MaxBatch) and runs them in
-// one transaction, each inside its own SAVEPOINT, so a failing operation
-// rolls back only itself. After COMMIT it calls the commit listener once with
-// the merged session.Commit, then answers the callers. If COMMIT fails, every
-// caller of the batch gets the error and the listener is not called. Reads
-// (Get, Rows) use a separate pool of read-only connections.
+// one transaction. An operation that fails before it writes (not found, ...)
+// leaves the others alone; one that fails on a storage error, which may have
+// left writes behind, has the transaction rolled back and run again without
+// it. So a failing operation rolls back only itself, without a SAVEPOINT per
+// operation, whose sub-journal would copy every page it touches. After
+// COMMIT the writer calls the commit listener once with the merged
+// session.Commit, then answers the callers. If COMMIT fails, every caller of
+// the batch gets the error and the listener is not called. An Update runs
+// as a series of transactions of at most Options.UpdateChunk rows, between
+// which the joins queued meanwhile run. Reads (Get, Rows) use a separate
+// pool of read-only connections.
+//
+// # Storage layout
+//
+// Sessions are keyed by (gate, position), so joins append to the end of
+// their gate's range and a transaction writes a handful of pages however
+// many joins it holds (migrations/0002). A session is found by its id
+// through an index kept in memory and rebuilt at Open (index.go): an SQL
+// index on random ids would cost a page written per join.
+//
+// # Checkpoints
+//
+// Commits only append to the WAL: a checkpointer goroutine on its own
+// connection copies the WAL back into the database file and fsyncs, off the
+// writer's path (checkpoint.go).
 package sqlite
 
 import (
@@ -68,13 +88,6 @@ type Options struct {
 	// CacheKiB is the page cache of the writer connection, in KiB. Default
 	// 16384 (16 MiB).
 	CacheKiB int
-	// GatherWindow is how long the writer may wait for more operations
-	// before it starts a transaction, when fewer are queued than the
-	// previous transaction ran (two or more): callers answered together
-	// tend to come back together (HTTP clients), and a larger transaction
-	// costs less per operation. A lone caller never waits. Default 150µs;
-	// negative disables it.
-	GatherWindow time.Duration
 	// UpdateChunk caps the rows one transaction of Update touches, whatever
 	// chunk its caller asks for: joins queued behind an update step wait
 	// for one such transaction at most. Default 256.
@@ -82,12 +95,11 @@ type Options struct {
 }
 
 const (
-	defaultMaxBatch     = 256
-	defaultBusyTimeout  = 5 * time.Second
-	defaultCacheKiB     = 16 << 10
-	defaultUpdateChunk  = 256
-	defaultGatherWindow = 150 * time.Microsecond
-	secretKey           = "token_secret"
+	defaultMaxBatch    = 256
+	defaultBusyTimeout = 5 * time.Second
+	defaultCacheKiB    = 16 << 10
+	defaultUpdateChunk = 256
+	secretKey          = "token_secret"
 )
 
 // ErrLocked is matched (errors.Is) by the error Open returns when another
@@ -113,17 +125,16 @@ type Stats struct {
 	// Transactions is the number of transactions committed.
 	Transactions int64
 	// FailedTransactions is the number of transactions rolled back whole:
-	// a failed BEGIN, savepoint or COMMIT (the batch fails), or an op
-	// without a savepoint that failed on a storage error (the batch is run
-	// again without it).
+	// a failed BEGIN or COMMIT (the batch fails), or an op that failed on a
+	// storage error (the batch is run again without it).
 	FailedTransactions int64
 	// MaxBatch is the largest number of operations one transaction ran.
 	MaxBatch int64
 	// WALFrames is the number of pages the writer appended to the WAL.
 	WALFrames int64
 	// Checkpoints counts the WAL checkpoints of the background
-	// checkpointer, WriterCheckpoints those the writer ran itself because
-	// the WAL passed its high mark.
+	// checkpointer, WriterCheckpoints those the writer ran itself to let the
+	// WAL restart (see checkpoint.go).
 	Checkpoints, WriterCheckpoints int64
 }
 
@@ -134,7 +145,6 @@ type Store struct {
 	log         *slog.Logger
 	maxBatch    int
 	updateChunk int
-	gather      time.Duration
 
 	lock   *os.File
 	wc     wconn // the one writer connection, used only by the writer goroutine
@@ -196,12 +206,6 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.CacheKiB <= 0 {
 		opts.CacheKiB = defaultCacheKiB
 	}
-	if opts.GatherWindow == 0 {
-		opts.GatherWindow = defaultGatherWindow
-		if v, err := time.ParseDuration(os.Getenv("XGATHER")); err == nil {
-			opts.GatherWindow = v
-		}
-	}
 	if opts.UpdateChunk <= 0 {
 		opts.UpdateChunk = defaultUpdateChunk
 	}
@@ -219,7 +223,6 @@ func Open(path string, opts Options) (*Store, error) {
 		log:         opts.Logger,
 		maxBatch:    opts.MaxBatch,
 		updateChunk: opts.UpdateChunk,
-		gather:      max(opts.GatherWindow, 0),
 		lock:        lock,
 		ops:         make(chan *op, opts.QueueLen),
 		writerDone:  make(chan struct{}),

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
@@ -151,82 +149,29 @@ func (e *beforeWriteError) Unwrap() error { return e.err }
 func (s *Store) run() {
 	defer close(s.writerDone)
 	ops := make([]*op, 0, s.maxBatch)
-	var timer *time.Timer
-	prev := 0     // the previous batch's size
-	idle := false // the queue was empty when the previous batch ended
-	for {
-		idle = len(s.ops) == 0
-		o, ok := <-s.ops
-		if !ok {
-			return
-		}
+	for o := range s.ops {
 		ops = append(ops[:0], o)
 		if len(s.ops) == 0 {
 			// Let the callers that are about to queue do so: a batch formed
 			// a moment later is larger, and a commit costs more than an op.
 			runtime.Gosched()
 		}
-		open := s.fill(&ops)
-		// The callers answered by the previous batch tend to come back
-		// together (an HTTP client sends its next request): when fewer are
-		// queued, wait a moment for as many, sleeping, which leaves the CPU
-		// to them. A lone caller (a previous batch of 1) never waits.
-		if want := min(prev*xmul/xdiv, s.maxBatch); open && (idle || xidle) && s.gather > 0 && prev >= gatherMin && len(ops) < want {
-			if timer == nil {
-				timer = time.NewTimer(s.gather)
-			} else {
-				timer.Reset(s.gather)
-			}
-		wait:
-			for len(ops) < want {
-				select {
-				case o, ok := <-s.ops:
-					if !ok {
-						open = false
-						break wait
-					}
-					ops = append(ops, o)
-				case <-timer.C:
-					break wait
+	fill:
+		for len(ops) < s.maxBatch {
+			select {
+			case o, ok := <-s.ops:
+				if !ok {
+					break fill
 				}
-			}
-			timer.Stop()
-			if open {
-				s.fill(&ops)
-			}
-		}
-		prev = len(ops)
-		for _, o := range ops {
-			if o.kind == opUpdate {
-				prev = 0 // an update's caller drives it: nobody to wait for
-				break
+				ops = append(ops, o)
+			default:
+				break fill
 			}
 		}
 		s.runBatch(ops)
 		clear(ops)
 		s.ck.committed(&s.wc, s.wc.framesWritten(), len(s.ops) == 0 && s.updating.Load() == 0)
 	}
-}
-
-// gatherMin is the smallest previous batch after which the writer waits for
-// more ops (Options.GatherWindow).
-const gatherMin = 2
-
-// fill appends the queued ops to ops, up to maxBatch, without waiting. It
-// reports false when the queue is closed.
-func (s *Store) fill(ops *[]*op) bool {
-	for len(*ops) < s.maxBatch {
-		select {
-		case o, ok := <-s.ops:
-			if !ok {
-				return false
-			}
-			*ops = append(*ops, o)
-		default:
-			return true
-		}
-	}
-	return true
 }
 
 func answer(o *op) { o.done <- struct{}{} }
@@ -409,11 +354,3 @@ func (s *Store) apply(b *batch, o *op) error {
 	}
 	return err
 }
-
-var xidle = os.Getenv("XIDLE") != ""
-
-var xmul, xdiv = func() (int, int) {
-	a, _ := strconv.Atoi(os.Getenv("XMUL"))
-	b, _ := strconv.Atoi(os.Getenv("XDIV"))
-	return max(a, 1), max(b, 1)
-}()

@@ -1,0 +1,259 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
+)
+
+// collide makes ids share hashes: every id hashes to its length mod 3, so
+// most sessions live in the index's map of full keys.
+func collide(t *testing.T) {
+	testHookHash = func(id string) uint64 { return uint64(len(id) % 3) }
+	t.Cleanup(func() { testHookHash = nil })
+}
+
+func openWith(tb testing.TB, path string) session.Store {
+	tb.Helper()
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(tb, err)
+	return s
+}
+
+// The whole suite again, with an index whose hashes collide all the time:
+// a collision never takes one session for another.
+func TestStoreSuiteWithHashCollisions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite again, with colliding hashes")
+	}
+	collide(t)
+	t.Setenv(sessiontest.RandomStepsEnv, "300")
+	sessiontest.RunStoreSuite(t, openWith)
+}
+
+func TestIndexCollisionsSurviveReopen(t *testing.T) {
+	collide(t)
+	path := filepath.Join(t.TempDir(), "c.db")
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 2)
+	other := sessiontest.GateConfig("other", 1)
+	s := openWith(t, path)
+	ids := []string{"a", "bb", "ccc", "d", "ee", "fff", "g"} // three hashes
+	for _, id := range ids {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+		_, err = s.Join(ctx, other, id, epoch) // the same ids in another gate
+		require.NoError(t, err)
+	}
+	_, err := s.Release(ctx, cfg, "bb", epoch) // active: frees a slot, promotes ccc
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	s = openWith(t, path)
+	defer s.Close()
+	st := s.(*Store)
+	assert.Equal(t, 2*len(ids)-1, st.idx.size())
+	for i, id := range ids {
+		got, err := s.Get(ctx, "default", id)
+		if id == "bb" {
+			require.ErrorIs(t, err, session.ErrNotFound)
+			continue
+		}
+		require.NoError(t, err, id)
+		assert.Equal(t, int64(i+1), got.Position, id)
+		got, err = s.Get(ctx, "other", id)
+		require.NoError(t, err, id)
+		assert.Equal(t, int64(i+1), got.Position, id)
+	}
+	// A join of an existing id finds it, whatever shares its hash.
+	again, err := s.Join(ctx, cfg, "fff", epoch)
+	require.NoError(t, err)
+	assert.Equal(t, int64(6), again.Position)
+	// A new id whose hash is taken gets a new row.
+	n, err := s.Join(ctx, cfg, "hh", epoch)
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), n.Position)
+}
+
+// A file whose rows name a session twice (which the Store never writes) is
+// refused at Open rather than half-indexed.
+func TestOpenRefusesADuplicateSession(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.db")
+	s := openWith(t, path)
+	_, err := s.Join(context.Background(), sessiontest.GateConfig("default", 2), "x", epoch)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	rawExec(t, path, `INSERT INTO sessions (gate, position, id, status, last_active, created_at) VALUES ('default', 2, 'x', 0, NULL, 0)`,
+		`UPDATE gates SET next_position = 3, waiting = 1`)
+	_, err = Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "stored twice")
+}
+
+func rawExec(t *testing.T, path string, stmts ...string) {
+	t.Helper()
+	db, err := sqlOpen(path)
+	require.NoError(t, err)
+	defer db.Close()
+	for _, q := range stmts {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+}
+
+// The upgrade from a file of schema 0001: every row, position, counter and
+// next_position is kept, and the store goes on from them.
+func TestMigrateFrom0001(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	init, err := os.ReadFile("migrations/0001_init.sql")
+	require.NoError(t, err)
+	la := epoch.Add(-time.Minute).UnixNano()
+	created := epoch.Add(-time.Hour).UnixNano()
+	rawExec(t, path, "PRAGMA journal_mode = WAL", string(init),
+		"PRAGMA user_version = 1",
+		// default: positions 1-2 active, 3 and 5 waiting (5 left), 4 gone;
+		// next_position beyond the last row (a purged tail).
+		`INSERT INTO gates VALUES ('default', 8, 2, 2), ('b', 3, 1, 1)`,
+		fmt.Sprintf(`INSERT INTO sessions (gate, id, position, status, last_active, created_at) VALUES
+			('default', 'zz-active', 1, 1, %[1]d, %[2]d),
+			('default', 'aa-active', 2, 1, %[1]d, %[2]d),
+			('default', 'mm-wait', 3, 0, NULL, %[2]d),
+			('default', 'bb-left', 5, 0, %[1]d, %[2]d),
+			('b', 'zz-active', 1, 1, %[1]d, %[2]d),
+			('b', 'w', 2, 0, NULL, %[2]d)`, la, created),
+		`INSERT INTO meta VALUES ('token_secret', x'0102')`)
+
+	st, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer st.Close()
+	ctx := context.Background()
+
+	db, err := sqlOpen(path)
+	require.NoError(t, err)
+	var version int
+	require.NoError(t, db.QueryRow("PRAGMA user_version").Scan(&version))
+	require.NoError(t, db.Close())
+	assert.Equal(t, SchemaVersion, version)
+
+	type row struct {
+		id     string
+		pos    int64
+		status session.Status
+		left   bool
+	}
+	want := map[string][]row{
+		"default": {{"zz-active", 1, session.StatusActive, true}, {"aa-active", 2, session.StatusActive, true}, {"mm-wait", 3, session.StatusWaiting, false}, {"bb-left", 5, session.StatusWaiting, true}},
+		"b":       {{"zz-active", 1, session.StatusActive, true}, {"w", 2, session.StatusWaiting, false}},
+	}
+	for gate, rows := range want {
+		got, err := st.Rows(ctx, gate)
+		require.NoError(t, err)
+		require.Len(t, got, len(rows), gate)
+		for i, r := range rows {
+			assert.Equal(t, r.id, got[i].ID)
+			assert.Equal(t, r.pos, got[i].Position)
+			assert.Equal(t, r.status, got[i].Status)
+			assert.Equal(t, r.left, !got[i].LastActive.IsZero())
+			assert.Equal(t, created, got[i].CreatedAt.UnixNano())
+			g, err := st.Get(ctx, gate, r.id)
+			require.NoError(t, err, "the index finds %s/%s", gate, r.id)
+			assert.Equal(t, got[i], g)
+		}
+	}
+	snaps, err := st.Load(ctx, []string{"default", "b"})
+	require.NoError(t, err)
+	assert.Equal(t, session.GateState{Counters: session.Counters{NextPosition: 8, Active: 2, Waiting: 2}, FirstWaitingPosition: 3, LastWaitingPosition: 5}, snaps["default"].State)
+	assert.Equal(t, session.GateState{Counters: session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, FirstWaitingPosition: 2, LastWaitingPosition: 2}, snaps["b"].State)
+	assert.Len(t, snaps["default"].Active, 2)
+
+	secret, err := st.Secret(ctx, func() ([]byte, error) { return []byte("new"), nil })
+	require.NoError(t, err)
+	assert.Equal(t, []byte{1, 2}, secret)
+
+	cfg := sessiontest.GateConfig("default", 2)
+	n, err := st.Join(ctx, cfg, "new", epoch)
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), n.Position, "next_position kept: no position handed out again")
+	again, err := st.Join(ctx, cfg, "mm-wait", epoch)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), again.Position)
+	_, err = st.Release(ctx, cfg, "aa-active", epoch)
+	require.NoError(t, err)
+	p, err := st.Get(ctx, "default", "mm-wait")
+	require.NoError(t, err)
+	assert.Equal(t, session.StatusActive, p.Status, "the first waiter, promoted")
+}
+
+// Under sustained writes the WAL stays bounded: background checkpoints copy
+// it, the writer restarts it past the high mark; and once the writer is
+// idle it is truncated.
+func TestWALStaysBounded(t *testing.T) {
+	defer func(i time.Duration, r, h int64) { ckptInterval, restartBytes, highBytes = i, r, h }(ckptInterval, restartBytes, highBytes)
+	ckptInterval, restartBytes, highBytes = 20*time.Millisecond, 256<<10, 1<<20
+	path := filepath.Join(t.TempDir(), "w.db")
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer s.Close()
+	cfg := sessiontest.GateConfig("default", 100)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 1500 {
+				if _, err := s.Join(ctx, cfg, "s"+strconv.Itoa(w)+"-"+strconv.Itoa(i)+"-padding-to-spread-the-rows", epoch); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := s.Stats()
+	t.Logf("%+v", st)
+	assert.Greater(t, st.WALFrames, 4*s.ck.highFrames, "the load wrote more than the high mark")
+	assert.Positive(t, st.Checkpoints)
+	fi, err := os.Stat(path + "-wal")
+	require.NoError(t, err)
+	assert.Less(t, fi.Size(), 3*highBytes, "the WAL grew past twice its high mark")
+
+	require.Eventually(t, func() bool {
+		fi, err := os.Stat(path + "-wal")
+		return err == nil && fi.Size() == 0
+	}, 5*time.Second, 10*time.Millisecond, "an idle writer's WAL is truncated")
+	require.NoError(t, s.Close())
+	_, err = os.Stat(path + "-wal")
+	assert.True(t, os.IsNotExist(err), "closed: no WAL left")
+}
+
+// Update touches at most Options.UpdateChunk rows per transaction, whatever
+// its caller asks.
+func TestUpdateChunkIsCapped(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler), UpdateChunk: 3})
+	require.NoError(t, err)
+	defer s.Close()
+	cfg := sessiontest.GateConfig("default", 10)
+	ctx := context.Background()
+	for i := range 10 {
+		_, err := s.Join(ctx, cfg, "a"+strconv.Itoa(i), epoch)
+		require.NoError(t, err)
+	}
+	r, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Second), 1000)
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, r.PurgedActive)
+	assert.GreaterOrEqual(t, r.Transactions, 4)
+}
+
+func sqlOpen(path string) (*sql.DB, error) { return sql.Open("sqlite", path) }
