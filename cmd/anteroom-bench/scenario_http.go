@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-
-	"github.com/anteroomhq/anteroom/gate/token"
 )
 
 // interleave runs the baseline and the measured load in alternating windows
@@ -96,15 +94,9 @@ func (b *bench) checkHTTP(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	defer in.Close()
-	ids := make([]string, k)
-	for i := range ids {
-		ids[i] = token.NewID()
-	}
-	if err := joinAll(ctx, in.wl, ids, 64); err != nil {
+	ids, err := seedActive(ctx, in, k)
+	if err != nil {
 		return nil, err
-	}
-	if v, _ := in.wl.Global(gateName); v.Active != int64(k) {
-		return nil, fmt.Errorf("seeded %d sessions, %d active", k, v.Active)
 	}
 	checkReqs := make([][]byte, k)
 	emptyReqs := make([][]byte, k)

@@ -169,15 +169,9 @@ func (b *bench) validateInproc(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	defer in.Close()
-	ids := make([]string, k)
-	for i := range ids {
-		ids[i] = token.NewID()
-	}
-	if err := joinAll(ctx, in.wl, ids, 64); err != nil {
+	ids, err := seedActive(ctx, in, k)
+	if err != nil {
 		return nil, err
-	}
-	if v, _ := in.wl.Global(gateName); v.Active != int64(k) {
-		return nil, fmt.Errorf("seeded %d sessions, %d active", k, v.Active)
 	}
 
 	// The baseline: the same key set in a plain map under an RWMutex.
@@ -226,4 +220,20 @@ func (b *bench) validateInproc(ctx context.Context) ([]Result, error) {
 		{Metric: "ValidateSessionIsActive allocs/op", Unit: unitAllocs, Value: allocs,
 			Check: checkValueEq, Want: 0, Target: "0", Note: "testing.AllocsPerRun"},
 	}, nil
+}
+
+// seedActive joins k fresh sessions into an instance whose limit admits them
+// all, and checks that they are all active.
+func seedActive(ctx context.Context, in *instance, k int) ([]string, error) {
+	ids := make([]string, k)
+	for i := range ids {
+		ids[i] = token.NewID()
+	}
+	if err := joinAll(ctx, in.wl, ids, 64); err != nil {
+		return nil, err
+	}
+	if v, _ := in.wl.Global(gateName); v.Active != int64(k) {
+		return nil, fmt.Errorf("seeded %d sessions, %d active", k, v.Active)
+	}
+	return ids, nil
 }
