@@ -257,3 +257,27 @@ func TestUpdateChunkIsCapped(t *testing.T) {
 }
 
 func sqlOpen(path string) (*sql.DB, error) { return sql.Open("sqlite", path) }
+
+// Touch refreshes at most Options.UpdateChunk sessions per transaction.
+func TestTouchIsChunked(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "t.db"), Options{Logger: slog.New(slog.DiscardHandler), UpdateChunk: 2})
+	require.NoError(t, err)
+	defer s.Close()
+	cfg := sessiontest.GateConfig("default", 10)
+	ctx := context.Background()
+	var touches []session.Touch
+	for i := range 5 {
+		id := "a" + strconv.Itoa(i)
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+		touches = append(touches, session.Touch{ID: id, LastActive: epoch.Add(time.Duration(i+1) * time.Second)})
+	}
+	before := s.Transactions()
+	require.NoError(t, s.Touch(ctx, "default", touches))
+	assert.Equal(t, int64(3), s.Transactions()-before)
+	for _, tc := range touches {
+		got, err := s.Get(ctx, "default", tc.ID)
+		require.NoError(t, err)
+		assert.True(t, tc.LastActive.Equal(got.LastActive), tc.ID)
+	}
+}

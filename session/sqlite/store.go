@@ -89,8 +89,9 @@ type Options struct {
 	// 16384 (16 MiB).
 	CacheKiB int
 	// UpdateChunk caps the rows one transaction of Update touches, whatever
-	// chunk its caller asks for: joins queued behind an update step wait
-	// for one such transaction at most. Default 256.
+	// chunk its caller asks for, and the sessions one transaction of Touch
+	// refreshes: joins queued behind them wait for one such transaction at
+	// most. Default 256.
 	UpdateChunk int
 }
 
@@ -484,9 +485,11 @@ func (s *Store) sessionOp(ctx context.Context, kind opKind, cfg session.GateConf
 	return sess, err
 }
 
-// Touch persists LastActive for the given active sessions of gate in one
-// transaction. Sessions that do not exist or are waiting are skipped. It
-// reports nothing to the commit listener.
+// Touch persists LastActive for the given active sessions of gate, in
+// transactions of at most Options.UpdateChunk sessions (so that the joins
+// queued meanwhile wait for one of them at most). Sessions that do not exist
+// or are waiting are skipped. It reports nothing to the commit listener. On
+// error, the transactions before the failed one are committed.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name,
 // session.ErrUnavailable after Close, the context's error when it is done
@@ -498,11 +501,18 @@ func (s *Store) Touch(ctx context.Context, gate string, touches []session.Touch)
 	if len(touches) == 0 {
 		return nil
 	}
-	o := newOp(ctx, opTouch)
-	o.cfg.Name, o.touches = gate, touches
-	err := s.do(o)
-	putOp(o)
-	return err
+	for len(touches) > 0 {
+		n := min(len(touches), s.updateChunk)
+		o := newOp(ctx, opTouch)
+		o.cfg.Name, o.touches = gate, touches[:n]
+		err := s.do(o)
+		putOp(o)
+		if err != nil {
+			return err
+		}
+		touches = touches[n:]
+	}
+	return nil
 }
 
 // Update is the cron tick for gate cfg.Name at now: it deletes stale waiting
