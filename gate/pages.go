@@ -30,10 +30,18 @@ func (s *Server) waitingPage(c echo.Context) error {
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	data := static.WaitingPageData{BasePath: s.opts.BasePath, Gate: gate, Nonce: contentSecurityPolicy(c)}
-	if next := c.QueryParam("next"); isLocalPath(next) {
-		data.RedirectURL = next
+	next := c.QueryParam("next")
+	if !isLocalPath(next) {
+		next = ""
 	}
+	return s.renderWaitingPage(c, gate, next)
+}
+
+// renderWaitingPage answers 200 with the waiting page of gate (under a fresh
+// CSP nonce, not cached); once admitted the page goes to next, or reloads
+// itself when next is empty.
+func (s *Server) renderWaitingPage(c echo.Context, gate, next string) error {
+	data := static.WaitingPageData{BasePath: s.opts.BasePath, Gate: gate, RedirectURL: next, Nonce: contentSecurityPolicy(c)}
 	var buf bytes.Buffer
 	if err := static.RenderWaitingPage(&buf, data); err != nil {
 		return err

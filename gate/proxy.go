@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,9 +13,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/anteroomhq/anteroom/gate/guard"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
-	"github.com/anteroomhq/anteroom/static"
 )
 
 // ProxyOptions configure reverse-proxy mode: anteroom listens in front of the
@@ -127,15 +126,12 @@ func (s *Server) serveProxy(c echo.Context) error {
 		return nil
 	}
 	setRetryAfter(c, view)
+	// The same rule as the Go middleware tells a browser from an API client.
+	if guard.WantsPage(r) {
+		return s.renderWaitingPage(c, gate, "")
+	}
 	w.Header().Set("Cache-Control", "no-store")
-	if wantsJSON(r) {
-		return c.JSON(http.StatusServiceUnavailable, view)
-	}
-	var buf bytes.Buffer
-	if err := static.RenderWaitingPage(&buf, static.WaitingPageData{BasePath: s.opts.BasePath, Gate: gate, Nonce: contentSecurityPolicy(c)}); err != nil {
-		return err
-	}
-	return c.HTMLBlob(http.StatusOK, buf.Bytes())
+	return c.JSON(http.StatusServiceUnavailable, view)
 }
 
 // admit returns the view of the request's session: a newcomer (or a session
@@ -153,12 +149,6 @@ func (s *Server) admit(ctx context.Context, gate, id string, known bool) (sessio
 		id = token.NewID()
 	}
 	return s.opts.Waitlist.Join(ctx, gate, id)
-}
-
-// wantsJSON tells API clients from browsers: they ask for JSON and not HTML.
-func wantsJSON(r *http.Request) bool {
-	accept := r.Header.Get("Accept")
-	return strings.Contains(accept, "application/json") && !strings.Contains(accept, "text/html")
 }
 
 func writeJSON(w http.ResponseWriter, status int, body any) {

@@ -132,7 +132,7 @@ func TestProxyPassesWebsocketsAndStreams(t *testing.T) {
 	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/echo", &websocket.DialOptions{HTTPHeader: http.Header{"Cookie": {cookieOf(t, waiter, u)}}})
 	require.Error(t, err)
 	require.NotNil(t, resp)
-	assert.Equal(t, http.StatusOK, resp.StatusCode, "the waiting page, not an upgrade")
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "refused while waiting, not an upgrade")
 
 	// Streaming: the first line arrives while the app still holds the rest.
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url+"/stream", nil)

@@ -160,8 +160,11 @@ func TestRunInReverseProxyMode(t *testing.T) {
 		"ANTEROOM_BYPASS=/public/",
 		"ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=1",
 	})
-	get := func(c *http.Client, path string) string {
-		resp, err := c.Get("http://" + r.addr + path)
+	get := func(c *http.Client, path string) string { // as a browser navigates
+		req, err := http.NewRequest(http.MethodGet, "http://"+r.addr+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+		resp, err := c.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
