@@ -138,11 +138,27 @@ func (c credentials) empty() bool { return c.bearer == "" && c.query == "" && le
 func credentialsOf(r *http.Request) credentials {
 	c := credentials{bearer: wire.BearerToken(r.Header), query: queryToken(r)}
 	for v := range wire.Cookies(r.Header, CookieName) {
-		if v != "" {
+		if cookieToken(v) {
 			c.cookies = append(c.cookies, v)
 		}
 	}
 	return c
+}
+
+// cookieToken reports whether a cookie value could be a token, and so is
+// worth forwarding: not empty, not longer than token.MaxLength, and only
+// bytes a cookie value carries unquoted (net/http would log and drop the
+// others, one log line per request an attacker sends).
+func cookieToken(v string) bool {
+	if v == "" || len(v) > token.MaxLength {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b <= ' ' || b >= 0x7f || b == '"' || b == ';' || b == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // RetryAfter returns when a waiting session should ask again, from its view:
