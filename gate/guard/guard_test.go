@@ -382,6 +382,9 @@ func TestTwoSessionCookiesTheFirstThatVerifiesWins(t *testing.T) {
 // cookies (the second, behind a forged one) allocates nothing beyond what
 // verifying the two tokens does.
 func TestSessionIDAllocatesNothingBeyondVerifying(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts vary under the race detector (sync.Pool drops items at random); run without -race")
+	}
 	signer, err := token.NewSigner([]byte(strings.Repeat("k", 32)))
 	require.NoError(t, err)
 	tok, err := signer.Sign("alice")
