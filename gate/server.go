@@ -26,18 +26,20 @@ import (
 	"github.com/anteroomhq/anteroom/broadcast"
 	"github.com/anteroomhq/anteroom/gate/guard"
 	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
-// CookieName is the cookie that carries the session token.
-const CookieName = guard.CookieName
+// CookieName is the cookie that carries the session token (wire.CookieName).
+const CookieName = wire.CookieName
 
 // SessionHeader names the session on a 200 answer of the forward-auth check,
-// so that a proxy can hand the session id to the app.
-const SessionHeader = "X-Anteroom-Session"
+// so that a proxy can hand the session id to the app (wire.SessionHeader).
+const SessionHeader = wire.SessionHeader
 
-// GateHeader names the gate in forward-auth requests when ?gate= cannot.
-const GateHeader = "X-Anteroom-Gate"
+// GateHeader names the gate in forward-auth requests when ?gate= cannot
+// (wire.GateHeader).
+const GateHeader = wire.GateHeader
 
 const (
 	defaultMaxBodyBytes = 4 << 10
@@ -172,15 +174,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	status, body := errorBody(err)
-	if status >= 500 {
+	d := errorDetail(err)
+	if wire.Status(d.Code) >= 500 {
 		s.log.Error("anteroom: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
-	if c.Request().Method == http.MethodHead {
-		_ = c.NoContent(status)
-		return
-	}
-	_ = c.JSON(status, body)
+	wire.WriteError(c.Response(), c.Request(), d.Code, d.Message)
 }
 
 // Constant header values, shared: assigning them to the header map costs no
@@ -261,8 +259,9 @@ type joinRequest struct {
 	SessionID string `json:"sessionId"`
 }
 
-// APIKeyHeader carries an API key (Authorization: Bearer works too).
-const APIKeyHeader = "X-Anteroom-Key"
+// APIKeyHeader carries an API key (Authorization: Bearer works too;
+// wire.APIKeyHeader).
+const APIKeyHeader = wire.APIKeyHeader
 
 const minAPIKeyLength = 16
 
@@ -272,8 +271,8 @@ func (s *Server) trusted(r *http.Request) bool {
 		return false
 	}
 	key := r.Header.Get(APIKeyHeader)
-	if h := r.Header.Get("Authorization"); key == "" && len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		key = strings.TrimSpace(h[7:])
+	if key == "" {
+		key = wire.BearerToken(r.Header)
 	}
 	if key == "" {
 		return false
