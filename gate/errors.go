@@ -19,6 +19,8 @@ const (
 	codeRateLimited      session.Code = "rate_limited"
 	codeBadGateway       session.Code = "bad_gateway"
 	codeAPIKeyRequired   session.Code = "api_key_required"
+	codeCrossOrigin      session.Code = "cross_origin"
+	codeInvalidTicket    session.Code = "invalid_ticket"
 )
 
 // statusOf is the one place where error codes become HTTP statuses.
@@ -26,9 +28,9 @@ func statusOf(code session.Code) int {
 	switch code {
 	case session.CodeInvalidArgument, codeInvalidJSON:
 		return http.StatusBadRequest
-	case codeNoSession, codeAPIKeyRequired:
+	case codeNoSession, codeAPIKeyRequired, codeInvalidTicket:
 		return http.StatusUnauthorized
-	case session.CodeNotActive:
+	case session.CodeNotActive, codeCrossOrigin:
 		return http.StatusForbidden
 	case session.CodeUnknownGate, session.CodeNotFound, codeRouteNotFound:
 		return http.StatusNotFound

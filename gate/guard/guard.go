@@ -99,16 +99,23 @@ type Checker interface {
 // first whose token verifies under signer, exactly as the sidecar reads it.
 // It returns false when none verifies. It never fails otherwise.
 func SessionID(r *http.Request, signer *token.Signer) (string, bool) {
+	c, ok := SessionClaims(r, signer)
+	return c.ID, ok
+}
+
+// SessionClaims is SessionID returning the verified token's claims (expiry,
+// whether it should be re-issued). It returns false when no token verifies.
+func SessionClaims(r *http.Request, signer *token.Signer) (token.Claims, bool) {
 	c := credentialsOf(r)
 	for _, tok := range [...]string{c.bearer, c.query, c.cookie} {
 		if tok == "" {
 			continue
 		}
-		if id, ok := signer.Verify(tok); ok {
-			return id, true
+		if claims, ok := signer.Check(tok); ok {
+			return claims, true
 		}
 	}
-	return "", false
+	return token.Claims{}, false
 }
 
 // credentials are the three places a token may be, unverified.
