@@ -47,6 +47,9 @@ func TestStateChangingCallsRefuseForeignOrigins(t *testing.T) {
 		{"null origin (sandboxed frame)", []string{"Origin", "null"}, false},
 		{"garbage origin", []string{"Origin", "%%%"}, false},
 		{"non-web scheme", []string{"Origin", "file://" + strings.TrimPrefix(self, "http://")}, false},
+		{"own host behind userinfo", []string{"Origin", "http://evil.example@" + strings.TrimPrefix(self, "http://")}, false},
+		{"own host with a path", []string{"Origin", self + "/x"}, false},
+		{"allowed host with a query", []string{"Origin", "https://app.example.com?x=1"}, false},
 		{"no origin, cross-site fetch", []string{"Sec-Fetch-Site", "cross-site"}, false},
 		{"foreign origin with a same-origin claim", []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "same-origin"}, false},
 	}

@@ -28,8 +28,9 @@ func (p originPolicy) allowed(r *http.Request) bool {
 		return !strings.EqualFold(r.Header.Get("Sec-Fetch-Site"), "cross-site")
 	}
 	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return false // "null" (sandboxed frames, file:), garbage
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") ||
+		u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return false // "null" (sandboxed frames, file:), garbage: no browser sends more than scheme://host
 	}
 	if strings.EqualFold(u.Host, r.Host) {
 		return true
