@@ -309,7 +309,7 @@ func (s *Server) namedSession(r *http.Request, req joinRequest) (string, bool, e
 }
 
 // joinResponse is a SessionView plus the session's token, for clients that
-// cannot use the cookie (they send it as Bearer or ?session=).
+// cannot use the cookie (they send it as Bearer).
 type joinResponse struct {
 	session.SessionView
 	Token string `json:"token"`
