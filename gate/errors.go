@@ -21,6 +21,8 @@ const (
 	codeRateLimited      = wire.CodeRateLimited
 	codeBadGateway       = wire.CodeBadGateway
 	codeAPIKeyRequired   = wire.CodeAPIKeyRequired
+	codeCrossOrigin      = wire.CodeCrossOrigin
+	codeInvalidTicket    = wire.CodeInvalidTicket
 )
 
 // ErrorBody is the JSON body of every error answer (wire.ErrorBody).

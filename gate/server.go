@@ -43,7 +43,6 @@ const GateHeader = wire.GateHeader
 
 const (
 	defaultMaxBodyBytes = 4 << 10
-	cookieMaxAge        = 24 * time.Hour
 )
 
 // Options configure a Server. Waitlist, Signer and Sockets are required.
@@ -69,6 +68,11 @@ type Options struct {
 	APIKeys []string
 	// RateLimit bounds the client API per client IP.
 	RateLimit RateLimitOptions
+	// AllowedOrigins are the origins besides the sidecar's own whose pages
+	// may call the state-changing API (join, leave, release, ticket): host
+	// patterns as for the websocket (path.Match; "scheme://host" patterns
+	// when they contain "://"). Others get 403 cross_origin.
+	AllowedOrigins []string
 	// TrustedProxies are the networks whose X-Forwarded-For names the
 	// client (for the rate limit). Empty: the peer address is the client.
 	TrustedProxies []*net.IPNet
@@ -87,6 +91,7 @@ type Server struct {
 	log     *slog.Logger
 	proxy   *proxy
 	apiKeys [][sha256.Size]byte
+	origins originPolicy
 }
 
 // New builds the Server and its routes. It returns an error when a required
@@ -114,7 +119,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Ready == nil {
 		opts.Ready = func() error { return nil }
 	}
-	s := &Server{opts: opts, log: opts.Logger}
+	s := &Server{opts: opts, log: opts.Logger, origins: originPolicy{patterns: opts.AllowedOrigins}}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -137,6 +142,7 @@ func New(opts Options) (*Server, error) {
 	e.POST(b+"/api/join", s.join, limited...)
 	e.POST(b+"/api/leave", s.leave, limited...)
 	e.POST(b+"/api/release", s.release, limited...)
+	e.POST(b+"/api/ticket", s.ticket, limited...)
 	e.GET(b+"/api/status", s.status, limited...)
 	e.GET(b+"/api/global", s.global, limited...)
 	e.GET(b+"/ws", s.socket, limited[1:]...)
@@ -302,7 +308,7 @@ func (s *Server) namedSession(r *http.Request, req joinRequest) (string, bool, e
 }
 
 // joinResponse is a SessionView plus the session's token, for clients that
-// cannot use the cookie (they send it as Bearer or ?session=).
+// cannot use the cookie (they send it as Bearer).
 type joinResponse struct {
 	session.SessionView
 	Token string `json:"token"`
@@ -310,6 +316,9 @@ type joinResponse struct {
 
 func (s *Server) join(c echo.Context) error {
 	r := c.Request()
+	if err := s.checkOrigin(r); err != nil {
+		return err
+	}
 	body, err := s.readBody(r)
 	if err != nil {
 		return err
@@ -362,7 +371,7 @@ func (s *Server) setCookie(c echo.Context, tok string) {
 		Name:     CookieName,
 		Value:    tok,
 		Path:     "/",
-		MaxAge:   int(cookieMaxAge / time.Second),
+		MaxAge:   int(s.opts.Signer.TTL() / time.Second),
 		HttpOnly: true,
 		SameSite: http.SameSiteLaxMode,
 		Secure:   r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"),
@@ -372,8 +381,11 @@ func (s *Server) setCookie(c echo.Context, tok string) {
 // leaveOrRelease reads the gate from ?gate= or a JSON body when there is one
 // (sendBeacon sends text/plain or nothing) and calls op for the session, if
 // the request carries one. It always answers 204 for a known gate.
-func (s *Server) leaveOrRelease(c echo.Context, op func(ctx context.Context, gate, id string) error) error {
+func (s *Server) leaveOrRelease(c echo.Context, purpose string, op func(ctx context.Context, gate, id string) error) error {
 	r := c.Request()
+	if err := s.checkOrigin(r); err != nil {
+		return err
+	}
 	body, err := s.readBody(r)
 	if err != nil {
 		return err
@@ -388,6 +400,11 @@ func (s *Server) leaveOrRelease(c echo.Context, op func(ctx context.Context, gat
 	if err != nil {
 		return err
 	}
+	if !ok && purpose != "" {
+		if id, ok, err = s.ticketSession(r, purpose, gate); err != nil {
+			return err
+		}
+	}
 	if !ok {
 		id, ok = s.sessionID(r)
 	}
@@ -400,11 +417,11 @@ func (s *Server) leaveOrRelease(c echo.Context, op func(ctx context.Context, gat
 }
 
 func (s *Server) leave(c echo.Context) error {
-	return s.leaveOrRelease(c, s.opts.Waitlist.Leave)
+	return s.leaveOrRelease(c, token.PurposeLeave, s.opts.Waitlist.Leave)
 }
 
 func (s *Server) release(c echo.Context) error {
-	return s.leaveOrRelease(c, s.opts.Waitlist.Release)
+	return s.leaveOrRelease(c, "", s.opts.Waitlist.Release)
 }
 
 func (s *Server) status(c echo.Context) error {
@@ -413,16 +430,24 @@ func (s *Server) status(c echo.Context) error {
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	id, ok := s.sessionID(r)
+	claims, ok := guard.SessionClaims(r, s.opts.Signer)
 	if !ok {
 		return apiError(session.CodeNotFound, "no session: join first")
 	}
-	view, err := s.opts.Waitlist.Status(r.Context(), gate, id)
+	view, err := s.opts.Waitlist.Status(r.Context(), gate, claims.ID)
 	if err != nil {
 		return err
 	}
 	if view.Status == session.StatusWaiting {
 		setRetryAfter(c, view)
+	}
+	if claims.Renew { // sliding expiry, key rotation, first-format tokens
+		tok, err := s.opts.Signer.Sign(claims.ID)
+		if err != nil {
+			return err
+		}
+		s.setCookie(c, tok)
+		return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
 	}
 	return c.JSON(http.StatusOK, view)
 }
@@ -487,7 +512,14 @@ func (s *Server) socket(c echo.Context) error {
 		return err
 	}
 	sub := broadcast.Subscription{Gate: gate, Global: global, Client: c.RealIP()}
-	if id, ok := s.sessionID(r); ok {
+	id, ok, err := s.ticketSession(r, token.PurposeWS, gate)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		id, ok = s.sessionID(r)
+	}
+	if ok {
 		sub.SessionID = id
 		// Read the session after the socket is registered, so that a
 		// promotion committed in between is not missed.

@@ -102,22 +102,29 @@ type Checker interface {
 // returns false when none verifies. It never fails otherwise, and allocates
 // nothing unless the request has a query.
 func SessionID(r *http.Request, signer *token.Signer) (string, bool) {
+	c, ok := SessionClaims(r, signer)
+	return c.ID, ok
+}
+
+// SessionClaims is SessionID returning the verified token's claims (expiry,
+// whether it should be re-issued). It returns false when no token verifies.
+func SessionClaims(r *http.Request, signer *token.Signer) (token.Claims, bool) {
 	if tok := wire.BearerToken(r.Header); tok != "" {
-		if id, ok := signer.Verify(tok); ok {
-			return id, true
+		if claims, ok := signer.Check(tok); ok {
+			return claims, true
 		}
 	}
 	if tok := queryToken(r); tok != "" {
-		if id, ok := signer.Verify(tok); ok {
-			return id, true
+		if claims, ok := signer.Check(tok); ok {
+			return claims, true
 		}
 	}
 	for tok := range wire.Cookies(r.Header, CookieName) {
-		if id, ok := signer.Verify(tok); ok {
-			return id, true
+		if claims, ok := signer.Check(tok); ok {
+			return claims, true
 		}
 	}
-	return "", false
+	return token.Claims{}, false
 }
 
 func queryToken(r *http.Request) string {

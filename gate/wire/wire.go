@@ -53,6 +53,8 @@ const (
 	CodeBadGateway       session.Code = "bad_gateway"
 	CodeGatewayTimeout   session.Code = "gateway_timeout"
 	CodeAPIKeyRequired   session.Code = "api_key_required"
+	CodeCrossOrigin      session.Code = "cross_origin"
+	CodeInvalidTicket    session.Code = "invalid_ticket"
 )
 
 // Status is the one place where error codes become HTTP statuses. A code it
@@ -61,9 +63,9 @@ func Status(code session.Code) int {
 	switch code {
 	case session.CodeInvalidArgument, CodeInvalidJSON:
 		return http.StatusBadRequest
-	case CodeNoSession, CodeAPIKeyRequired:
+	case CodeNoSession, CodeAPIKeyRequired, CodeInvalidTicket:
 		return http.StatusUnauthorized
-	case session.CodeNotActive:
+	case session.CodeNotActive, CodeCrossOrigin:
 		return http.StatusForbidden
 	case session.CodeUnknownGate, session.CodeNotFound, CodeRouteNotFound:
 		return http.StatusNotFound
