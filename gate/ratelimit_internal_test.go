@@ -188,11 +188,11 @@ func TestAHotClientStaysLimitedWhileTheTableChurns(t *testing.T) {
 	hot := rateKey("203.0.113.9")
 	allowed, next := 0, 0
 	now := t0
-	for range seconds * 100 { // every 10 ms: the hot client asks, 20 new addresses arrive
+	for range seconds * 100 { // every 10 ms: the hot client asks, 100 new addresses arrive (more than a shard holds)
 		if l.allow(hot, now) {
 			allowed++
 		}
-		for range 20 {
+		for range 100 {
 			l.allow(v4(next), now)
 			next++
 		}
