@@ -39,7 +39,8 @@ type tickLayout struct {
 // does (ValidateSessionAndRefreshLastActive) at now, with the background
 // flusher off: the update finds their LastActive refreshes pending and
 // persists them first, as it does on a sidecar whose users are polling.
-func seedTick(ctx context.Context, in *instance, l tickLayout, clock *sessiontest.Clock, cfg session.GateConfig) error {
+// It returns the ids in position order.
+func seedTick(ctx context.Context, in *instance, l tickLayout, clock *sessiontest.Clock, cfg session.GateConfig) ([]string, error) {
 	now := clock.Now()
 	defer clock.Set(now)
 	ids := make([]string, l.sessions)
@@ -49,14 +50,14 @@ func seedTick(ctx context.Context, in *instance, l tickLayout, clock *sessiontes
 	old := now.Add(-10 * max(cfg.ActiveTimeout, cfg.WaitingTimeout))
 	clock.Set(old)
 	if err := joinAll(ctx, in.wl, ids[:l.staleActive], 64); err != nil {
-		return err
+		return nil, err
 	}
 	clock.Set(now.Add(-time.Second))
 	if err := joinAll(ctx, in.wl, ids[l.staleActive:l.active], 64); err != nil {
-		return err
+		return nil, err
 	}
 	if err := joinAll(ctx, in.wl, ids[l.active:], 256); err != nil {
-		return err
+		return nil, err
 	}
 	clock.Set(old)
 	every := max((l.sessions-l.active)/max(l.staleWaiting, 1), 1)
@@ -79,15 +80,15 @@ func seedTick(ctx context.Context, in *instance, l tickLayout, clock *sessiontes
 	}
 	wg.Wait()
 	if p := firstErr.Load(); p != nil {
-		return *p
+		return nil, *p
 	}
 	clock.Set(now)
 	for _, id := range ids[l.staleActive:l.active] {
 		if err := in.wl.ValidateSessionAndRefreshLastActive(gateName, id); err != nil {
-			return fmt.Errorf("check of a fresh active session: %w", err)
+			return nil, fmt.Errorf("check of a fresh active session: %w", err)
 		}
 	}
-	return nil
+	return ids, nil
 }
 
 // joinSample is one join of the latency load: when it was due and how long
@@ -154,7 +155,7 @@ func (b *bench) tick(ctx context.Context) ([]Result, error) {
 	}
 	defer in.Close()
 	t0 := time.Now()
-	if err := seedTick(ctx, in, l, clock, cfg); err != nil {
+	if _, err := seedTick(ctx, in, l, clock, cfg); err != nil {
 		return nil, fmt.Errorf("seeding: %w", err)
 	}
 	seeded := time.Since(t0)
