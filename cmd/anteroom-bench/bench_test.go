@@ -82,3 +82,21 @@ func TestReadMemDoesNotCollectGarbage(t *testing.T) {
 	assert.Positive(t, m.StackInuse)
 	assert.Positive(t, m.Goroutines)
 }
+
+// validate-inproc times what /check does, which refreshes LastActive.
+func TestValidateTimesTheCallThatRefreshesLastActive(t *testing.T) {
+	ctx := context.Background()
+	clock := sessiontest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	in, err := startInstance(ctx, instanceConfig{dir: t.TempDir(), limit: 5, interval: time.Second, clock: clock, touchInterval: -1})
+	require.NoError(t, err)
+	defer in.Close()
+	ids, err := seedActive(ctx, in, 5)
+	require.NoError(t, err)
+	clock.Set(clock.Now().Add(time.Minute))
+	require.NoError(t, checkCall(in.wl, gateName, ids[2]))
+	require.NoError(t, in.wl.FlushTouches(ctx))
+	s, err := in.store.Get(ctx, gateName, ids[2])
+	require.NoError(t, err)
+	assert.Equal(t, clock.Now(), s.LastActive.UTC())
+	assert.ErrorIs(t, checkCall(in.wl, gateName, "no-such-session-0000000"), session.ErrNotActive)
+}

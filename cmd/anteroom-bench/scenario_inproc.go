@@ -18,6 +18,7 @@ import (
 	msqlite "modernc.org/sqlite" // the driver the store uses, for the raw insert baseline
 
 	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sqlite"
 )
 
@@ -204,6 +205,10 @@ func rawJoinRate(ctx context.Context, path string, d time.Duration, batch, limit
 	return float64(pos) / time.Since(start).Seconds(), ctx.Err()
 }
 
+// checkCall is what validate-inproc times: the call the gate's /check
+// makes, the lookup and the LastActive refresh.
+var checkCall = (*session.Waitlist).ValidateSessionAndRefreshLastActive
+
 func (b *bench) validateInproc(ctx context.Context) ([]Result, error) {
 	dir, cleanup, err := tempDir("validate-inproc")
 	if err != nil {
@@ -237,9 +242,8 @@ func (b *bench) validateInproc(ctx context.Context) ([]Result, error) {
 		}
 		return nil
 	}
-	// What /check calls: the lookup and the LastActive refresh.
 	validate := func(w, i int) error {
-		return in.wl.ValidateSessionAndRefreshLastActive(gateName, ids[(w*7919+i)%k])
+		return checkCall(in.wl, gateName, ids[(w*7919+i)%k])
 	}
 	workers := runtime.GOMAXPROCS(0)
 	var p pairs
@@ -258,7 +262,7 @@ func (b *bench) validateInproc(ctx context.Context) ([]Result, error) {
 	base, val := p.means()
 	j := 0
 	allocs := testing.AllocsPerRun(10000, func() {
-		_ = in.wl.ValidateSessionAndRefreshLastActive(gateName, ids[j%k])
+		_ = checkCall(in.wl, gateName, ids[j%k])
 		j++
 	})
 	note := fmt.Sprintf("%d goroutines, %d active sessions, the call /check makes (lookup and LastActive refresh on the system clock); baseline: map[string]struct{} under sync.RWMutex, same keys; %s", workers, k, p.spread())
