@@ -10,7 +10,10 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -176,4 +179,85 @@ func TestRunInReverseProxyMode(t *testing.T) {
 	assert.Equal(t, "the app at /orders", get(&http.Client{Jar: jar1}, "/orders"))
 	assert.Contains(t, get(&http.Client{Jar: jar2}, "/orders"), "/anteroom/anteroom.js", "the second visitor waits")
 	assert.Equal(t, "the app at /public/logo.svg", get(&http.Client{Jar: jar2}, "/public/logo.svg"))
+}
+
+// -h is a request, not an error: it exits 0, and points to where every key
+// is explained, listing each with its variable.
+func TestHelpFlag(t *testing.T) {
+	for _, flag := range []string{"-h", "-help", "--help"} {
+		var out, errOut bytes.Buffer
+		require.NoError(t, run(context.Background(), []string{flag}, nil, &out, &errOut, nil), flag)
+		assert.Empty(t, errOut.String())
+		help := out.String()
+		assert.Contains(t, help, "Usage: anteroom")
+		assert.Contains(t, help, "-config")
+		assert.Contains(t, help, "config.example.yaml")
+		assert.Contains(t, help, "README")
+		for _, s := range settings {
+			assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(s.key)+` +`+regexp.QuoteMeta(s.env)+` `, help)
+		}
+	}
+	// A wrong flag still fails, and says where to look.
+	err := run(context.Background(), []string{"-confg", "x.yaml"}, nil, io.Discard, io.Discard, nil)
+	assert.ErrorContains(t, err, "flag provided but not defined: -confg")
+	assert.ErrorContains(t, err, "anteroom -h")
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	if os.Getenv("ANTEROOM_TEST_MAIN") == "1" {
+		os.Args = []string{"anteroom", "-h"}
+		main()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelpExitsZero$")
+	cmd.Env = append(os.Environ(), "ANTEROOM_TEST_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "exit status of anteroom -h:\n%s", out)
+	assert.Contains(t, string(out), "config.example.yaml")
+}
+
+// A sidecar in a Kubernetes pod beside a Service named anteroom starts,
+// warning about the variables it does not know, without repeating their
+// values.
+func TestRunStartsWithUnknownVariables(t *testing.T) {
+	r := start(t, []string{
+		"ANTEROOM_DATABASE=" + filepath.Join(t.TempDir(), "anteroom.db"),
+		"ANTEROOM_PORT=tcp://10.0.0.1:8080",
+		"ANTEROOM_PORT_8080_TCP=tcp://10.0.0.1:8080",
+		"ANTEROOM_SECRT=do-not-log-this-value-0123456789abcdef",
+	})
+	status, _ := getJSON(t, "http://"+r.addr+"/healthz")
+	assert.Equal(t, http.StatusOK, status)
+	log := r.log.String()
+	assert.Contains(t, log, `msg="anteroom: ignoring unknown environment variable" var=ANTEROOM_PORT nearest_known=`)
+	assert.Contains(t, log, "var=ANTEROOM_PORT_8080_TCP")
+	assert.Contains(t, log, "var=ANTEROOM_SECRT nearest_known=ANTEROOM_SECRET")
+	assert.Contains(t, log, "enableServiceLinks")
+	assert.NotContains(t, log, "do-not-log-this-value")
+	assert.NotContains(t, log, "10.0.0.1")
+}
+
+// demo: false leaves "/" to 404; by default the demo is there.
+func TestRunDemoSwitch(t *testing.T) {
+	for _, tt := range []struct {
+		env                []string
+		wantRoot, wantDemo int
+	}{
+		{env: nil, wantRoot: http.StatusOK, wantDemo: http.StatusUnauthorized},
+		{env: []string{"ANTEROOM_DEMO=false"}, wantRoot: http.StatusNotFound, wantDemo: http.StatusNotFound},
+	} {
+		r := start(t, append([]string{"ANTEROOM_DATABASE=" + filepath.Join(t.TempDir(), "anteroom.db")}, tt.env...))
+		for path, want := range map[string]int{"/": tt.wantRoot, "/demo/api/secret": tt.wantDemo} {
+			resp, err := http.Get("http://" + r.addr + path)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, want, resp.StatusCode, "%v %s", tt.env, path)
+		}
+		// The sidecar itself is there either way.
+		resp, err := http.Get("http://" + r.addr + "/anteroom/anteroom.js")
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		require.NoError(t, r.stop())
+	}
 }
