@@ -261,3 +261,70 @@ func TestRunDemoSwitch(t *testing.T) {
 		require.NoError(t, r.stop())
 	}
 }
+
+// The README's "lower the limit" recipe on a database that already holds
+// sessions: the limit from the environment applies at the restart, nobody
+// active is turned out, nobody new is admitted until fewer than the limit
+// are active, and then the first waiter gets the slot at once.
+func TestLoweredLimitAppliesToAnExistingDatabase(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "anteroom.db")
+	call := func(addr, method, path, cookie string) (int, map[string]any, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+addr+"/anteroom"+path, nil)
+		require.NoError(t, err)
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var v map[string]any
+		if resp.StatusCode == http.StatusOK {
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+		}
+		for _, c := range resp.Cookies() {
+			cookie = c.Name + "=" + c.Value
+		}
+		return resp.StatusCode, v, cookie
+	}
+
+	// Before: the default limit; three visitors are in.
+	r := start(t, []string{"ANTEROOM_DATABASE=" + db})
+	var earlier []string
+	for range 3 {
+		_, v, cookie := call(r.addr, http.MethodPost, "/api/join", "")
+		require.Equal(t, "active", v["status"])
+		earlier = append(earlier, cookie)
+	}
+	require.NoError(t, r.stop())
+
+	// The recipe: ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=1 on the same file.
+	r = start(t, []string{"ANTEROOM_DATABASE=" + db, "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=1"})
+	_, global, _ := call(r.addr, http.MethodGet, "/api/global", "")
+	assert.EqualValues(t, 1, global["limit"], "the environment's limit, not the one the database last ran with")
+	assert.EqualValues(t, 3, global["active"], "nobody active is turned out")
+
+	_, first, firstCookie := call(r.addr, http.MethodPost, "/api/join", "")
+	_, second, secondCookie := call(r.addr, http.MethodPost, "/api/join", "")
+	assert.Equal(t, "waiting", first["status"], "3 active of 1: a newcomer waits")
+	assert.Equal(t, "waiting", second["status"])
+
+	// Two of the three leave for good: one is still active, the limit is
+	// reached, nobody is let in.
+	for _, c := range earlier[:2] {
+		status, _, _ := call(r.addr, http.MethodPost, "/api/release", c)
+		require.Equal(t, http.StatusNoContent, status)
+	}
+	_, v, _ := call(r.addr, http.MethodGet, "/api/status", firstCookie)
+	assert.Equal(t, "waiting", v["status"], "1 active of 1")
+	assert.EqualValues(t, 1, v["active"])
+
+	// The last one leaves: the first waiter, and only they, is let in at once.
+	status, _, _ := call(r.addr, http.MethodPost, "/api/release", earlier[2])
+	require.Equal(t, http.StatusNoContent, status)
+	_, v, _ = call(r.addr, http.MethodGet, "/api/status", firstCookie)
+	assert.Equal(t, "active", v["status"])
+	_, v, _ = call(r.addr, http.MethodGet, "/api/status", secondCookie)
+	assert.Equal(t, "waiting", v["status"])
+	assert.EqualValues(t, 1, v["active"])
+}
