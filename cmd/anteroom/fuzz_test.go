@@ -29,6 +29,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := ParseConfig(data)
 		if err != nil {
+			if strings.Contains(err.Error(), "main.") {
+				t.Fatalf("error for %q speaks Go, not config: %v", data, err)
+			}
 			return
 		}
 		cfg.fillDefaults()
