@@ -19,12 +19,18 @@ const (
 	codeRateLimited      session.Code = "rate_limited"
 	codeBadGateway       session.Code = "bad_gateway"
 	codeAPIKeyRequired   session.Code = "api_key_required"
+	// Reverse-proxy mode: a path that cannot be cleaned unambiguously, an
+	// app that sent no response headers in time, a request body that
+	// stopped arriving.
+	codeInvalidPath     session.Code = "invalid_path"
+	codeUpstreamTimeout session.Code = "upstream_timeout"
+	codeRequestTimeout  session.Code = "request_timeout"
 )
 
 // statusOf is the one place where error codes become HTTP statuses.
 func statusOf(code session.Code) int {
 	switch code {
-	case session.CodeInvalidArgument, codeInvalidJSON:
+	case session.CodeInvalidArgument, codeInvalidJSON, codeInvalidPath:
 		return http.StatusBadRequest
 	case codeNoSession, codeAPIKeyRequired:
 		return http.StatusUnauthorized
@@ -42,6 +48,10 @@ func statusOf(code session.Code) int {
 		return http.StatusServiceUnavailable
 	case codeBadGateway:
 		return http.StatusBadGateway
+	case codeUpstreamTimeout:
+		return http.StatusGatewayTimeout
+	case codeRequestTimeout:
+		return http.StatusRequestTimeout
 	default:
 		return http.StatusInternalServerError
 	}
