@@ -31,6 +31,8 @@ type Config struct {
 	Upstream          string                `yaml:"upstream"`
 	Protect           []string              `yaml:"protect"`
 	Bypass            []string              `yaml:"bypass"`
+	UpstreamTimeout   Duration              `yaml:"upstream_timeout"`
+	MaxConnsPerIP     *int                  `yaml:"max_conns_per_ip"`
 	APIKeys           []string              `yaml:"api_keys"`
 	BroadcastInterval Duration              `yaml:"broadcast_interval"`
 	AllowedOrigins    []string              `yaml:"allowed_origins"`
@@ -102,6 +104,13 @@ const (
 	defaultRateBurst           = 20
 	defaultMaxSockets          = 10000
 	defaultMaxSocketsPerClient = 100
+)
+
+// Connection defaults: the upstream's time to send response headers, and
+// the connections one client address may hold open.
+const (
+	defaultUpstreamTimeout = 30 * time.Second
+	defaultMaxConnsPerIP   = 256
 )
 
 // LoadConfig reads the YAML file at path (none when path is empty), applies
@@ -211,6 +220,16 @@ func (c *Config) applyEnv(environ []string) error {
 			if c.RateLimit.Burst, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
 				err = fmt.Errorf("%q is not a whole number", v)
 			}
+		case "ANTEROOM_UPSTREAM_TIMEOUT":
+			var d time.Duration
+			d, err = parseDuration(v)
+			c.UpstreamTimeout = Duration(d)
+		case "ANTEROOM_MAX_CONNS_PER_IP":
+			var n int
+			if n, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
+				err = fmt.Errorf("%q is not a whole number", v)
+			}
+			c.MaxConnsPerIP = &n
 		case "ANTEROOM_BROADCAST_INTERVAL":
 			var d time.Duration
 			d, err = parseDuration(v)
@@ -314,6 +333,13 @@ func (c *Config) fillDefaults() {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.UpstreamTimeout == 0 {
+		c.UpstreamTimeout = Duration(defaultUpstreamTimeout)
+	}
+	if c.MaxConnsPerIP == nil {
+		n := defaultMaxConnsPerIP
+		c.MaxConnsPerIP = &n
+	}
 	if c.RateLimit.PerSecond == nil {
 		f := defaultRatePerSecond
 		c.RateLimit.PerSecond = &f
@@ -382,6 +408,12 @@ func (c Config) Validate() error {
 				return bad(fmt.Sprintf("%s[%d]", key, i), "%q lies under base_path %q, which anteroom serves itself", p, c.BasePath)
 			}
 		}
+	}
+	if c.UpstreamTimeout < 0 {
+		return bad("upstream_timeout", "must be a positive duration such as \"30s\"")
+	}
+	if n := c.MaxConnsPerIP; n != nil && *n < 0 {
+		return bad("max_conns_per_ip", "must not be negative (0: no cap)")
 	}
 	for i, k := range c.APIKeys {
 		if len(k) < minAPIKeyLength {
