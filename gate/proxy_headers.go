@@ -11,7 +11,7 @@ import (
 // scrubForUpstream removes from a request on its way to the app what only
 // the sidecar may say or read:
 //
-//   - every X-Anteroom-* header, whatever its case and with '_' for '-' too
+//   - every X-Anteroom-* header (and trailer), whatever its case and with '_' for '-' too
 //     (CGI, PHP and WSGI apps read X_Anteroom_Session as X-Anteroom-Session),
 //     so that the X-Anteroom-Session and X-Anteroom-Gate the proxy sets for an
 //     admitted request are the only ones the app sees;
@@ -24,6 +24,11 @@ func scrubForUpstream(r *http.Request, signer *token.Signer) {
 	for k := range r.Header {
 		if isAnteroomHeader(k) {
 			delete(r.Header, k)
+		}
+	}
+	for k := range r.Trailer { // chunked bodies' trailers reach the app too
+		if isAnteroomHeader(k) {
+			delete(r.Trailer, k)
 		}
 	}
 	if lines, ok := r.Header["Cookie"]; ok {

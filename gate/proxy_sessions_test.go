@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -141,17 +142,19 @@ func TestAPIJoinIsRateLimitedPerIP(t *testing.T) {
 // headerEchoApp answers with what it received: headers, query and path.
 func headerEchoApp(t *testing.T) *httptest.Server {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // trailers come after the body
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"header": r.Header, "query": r.URL.RawQuery, "path": r.URL.Path})
+		_ = json.NewEncoder(w).Encode(map[string]any{"header": r.Header, "trailer": r.Trailer, "query": r.URL.RawQuery, "path": r.URL.Path})
 	}))
 	t.Cleanup(ts.Close)
 	return ts
 }
 
 type echoed struct {
-	Header http.Header `json:"header"`
-	Query  string      `json:"query"`
-	Path   string      `json:"path"`
+	Header  http.Header `json:"header"`
+	Trailer http.Header `json:"trailer"`
+	Query   string      `json:"query"`
+	Path    string      `json:"path"`
 }
 
 // anteroomHeaders lists the headers an app would read as one of anteroom's
@@ -222,6 +225,22 @@ func TestProxyStripsAnteroomCredentialsAndSpoofedHeaders(t *testing.T) {
 	assert.Empty(t, e.Header.Get("Authorization"), "anteroom's bearer token stays with anteroom")
 	assert.Equal(t, "x=1&y=%20z&session=not-a-token", e.Query, "the rest of the query passes byte for byte")
 	assert.NotContains(t, strings.Join(e.Header.Values("Cookie"), ";")+e.Query, tok)
+
+	// Naming our headers hop-by-hop does not remove them; trailers are
+	// scrubbed like headers.
+	e = get("/orders", append([]string{"Cookie", cookie, "Connection", "X-Anteroom-Session, X-Anteroom-Gate"}, spoofed...)...)
+	assert.Equal(t, map[string][]string{gate.SessionHeader: {id}, gate.GateHeader: {"default"}}, e.anteroomHeaders())
+	req, err := http.NewRequest(http.MethodPost, h.url+"/orders", io.MultiReader(strings.NewReader("body")))
+	require.NoError(t, err)
+	req.Header.Set("Cookie", cookie)
+	req.ContentLength = -1
+	req.Trailer = http.Header{"X-Anteroom-Session": {"victim"}, "X-App-Checksum": {"1"}}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	_ = resp.Body.Close()
+	assert.NotContains(t, e.Trailer, "X-Anteroom-Session", "no X-Anteroom-* trailer reaches the app")
+	assert.Contains(t, e.Trailer, "X-App-Checksum")
 
 	// The app's own bearer token passes; a cookie-only request loses the
 	// Cookie header entirely when anteroom's was the only cookie.
