@@ -80,7 +80,7 @@ func TestProxyBoundsStalledRequestBodiesButNotSlowOnes(t *testing.T) {
 		fmt.Fprintf(w, "app read %d bytes", len(b))
 	}))
 	t.Cleanup(app.Close)
-	const idle = 600 * time.Millisecond
+	const idle = 2 * time.Second
 	h := newHarnessWith(t, 1, func(o *gate.Options) {
 		o.Proxy = gate.ProxyOptions{Upstream: mustParse(t, app.URL), BodyIdleTimeout: idle}
 	})
@@ -93,7 +93,7 @@ func TestProxyBoundsStalledRequestBodiesButNotSlowOnes(t *testing.T) {
 		conn, err := net.Dial("tcp", addr)
 		require.NoError(t, err)
 		defer conn.Close()
-		_, err = fmt.Fprintf(conn, "POST /upload HTTP/1.1\r\nHost: %s\r\nCookie: %s\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\n", addr, cookie)
+		_, err = fmt.Fprintf(conn, "POST /upload HTTP/1.1\r\nHost: %s\r\nCookie: %s\r\nContent-Type: text/plain\r\nContent-Length: 15\r\n\r\n", addr, cookie)
 		require.NoError(t, err)
 		send(conn)
 		// Generous: only a server that never gives up makes this fail.
@@ -115,17 +115,17 @@ func TestProxyBoundsStalledRequestBodiesButNotSlowOnes(t *testing.T) {
 	})
 	t.Run("slow but steady", func(t *testing.T) {
 		resp, body := post(t, func(c net.Conn) {
-			for _, b := range "0123456789" { // ten bytes over 2.5 × the idle bound
-				time.Sleep(idle / 4)
+			for _, b := range "0123456789abcde" { // one byte every tenth of the idle bound, for 1.5 × it
+				time.Sleep(idle / 10)
 				_, _ = io.WriteString(c, string(b))
 			}
 		})
 		assert.Equal(t, http.StatusOK, resp.StatusCode, body)
-		assert.Equal(t, "app read 10 bytes", body)
+		assert.Equal(t, "app read 15 bytes", body)
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Contains(t, got, "0123456789 err=<nil>")
+	assert.Contains(t, got, "0123456789abcde err=<nil>")
 	for _, g := range got {
 		assert.NotContains(t, g, "abc err=<nil>", "the app never took the cut-off body for a whole one")
 	}

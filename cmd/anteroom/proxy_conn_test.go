@@ -85,7 +85,7 @@ func startProxy(t *testing.T, app string, env ...string) (string, string) {
 // on proxied paths and on the sidecar's own; websockets through the proxy
 // outlive the read timeout.
 func TestReverseProxyModeBoundsStalledBodiesNotWebsockets(t *testing.T) {
-	const readTimeout = 500 * time.Millisecond
+	const readTimeout = time.Second
 	shortReadTimeout(t, readTimeout)
 	addr, cookie := startProxy(t, proxyApp(t).URL)
 
@@ -107,7 +107,7 @@ func TestReverseProxyModeBoundsStalledBodiesNotWebsockets(t *testing.T) {
 	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/echo", &websocket.DialOptions{HTTPHeader: http.Header{"Cookie": {cookie}}})
 	require.NoError(t, err)
 	defer ws.CloseNow()
-	time.Sleep(3 * readTimeout) // quiet for longer than the read timeout
+	time.Sleep(2 * readTimeout) // quiet for longer than the read timeout
 	require.NoError(t, ws.Write(ctx, websocket.MessageText, []byte("still here")))
 	_, data, err := ws.Read(ctx)
 	require.NoError(t, err, "the websocket outlived the read timeout")
