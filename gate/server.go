@@ -92,6 +92,9 @@ type Server struct {
 	proxy   *proxy
 	apiKeys [][sha256.Size]byte
 	origins originPolicy
+	// limit is the per-IP rate limit of the client API (nil when off); a
+	// proxied page that creates a session spends from it too (allowJoin).
+	limit echo.MiddlewareFunc
 }
 
 // New builds the Server and its routes. It returns an error when a required
@@ -139,8 +142,8 @@ func New(opts Options) (*Server, error) {
 	// middleware catch-all routes, which would turn 405s into 404s.
 	b := opts.BasePath
 	limited := []echo.MiddlewareFunc{noStore}
-	if rl := rateLimit(opts.RateLimit); rl != nil {
-		limited = append(limited, rl)
+	if s.limit = rateLimit(opts.RateLimit); s.limit != nil {
+		limited = append(limited, s.limit)
 	}
 	e.POST(b+"/api/join", s.join, limited...)
 	e.POST(b+"/api/leave", s.leave, limited...)
@@ -367,6 +370,26 @@ func (s *Server) join(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
 }
+
+// allowJoin spends one request of the client's per-IP rate limit, the one
+// POST {base}/api/join spends from, so that no path creates sessions faster.
+// Over the limit the 429 has been answered and it returns errAnswered.
+func (s *Server) allowJoin(c echo.Context) error {
+	if s.limit == nil {
+		return nil
+	}
+	allowed := false
+	if err := s.limit(func(echo.Context) error { allowed = true; return nil })(c); err != nil {
+		return err
+	}
+	if !allowed {
+		return errAnswered
+	}
+	return nil
+}
+
+// errAnswered stops a handler whose answer has been written already.
+var errAnswered = errors.New("gate: answered")
 
 func (s *Server) setCookie(c echo.Context, tok string) {
 	r := c.Request()

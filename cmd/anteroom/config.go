@@ -36,6 +36,8 @@ type Config struct {
 	Upstream          string                `yaml:"upstream"`
 	Protect           []string              `yaml:"protect"`
 	Bypass            []string              `yaml:"bypass"`
+	UpstreamTimeout   Duration              `yaml:"upstream_timeout"`
+	MaxConnsPerIP     *int                  `yaml:"max_conns_per_ip"`
 	APIKeys           []string              `yaml:"api_keys"`
 	BroadcastInterval Duration              `yaml:"broadcast_interval"`
 	AllowedOrigins    []string              `yaml:"allowed_origins"`
@@ -113,6 +115,13 @@ const (
 	defaultRateBurst           = 20
 	defaultMaxSockets          = 10000
 	defaultMaxSocketsPerClient = 100
+)
+
+// Connection defaults: the upstream's time to send response headers, and
+// the connections one client address may hold open.
+const (
+	defaultUpstreamTimeout = 30 * time.Second
+	defaultMaxConnsPerIP   = 256
 )
 
 // LoadConfig reads the YAML file at path (none when path is empty), applies
@@ -359,6 +368,16 @@ var settings = []setting{
 		return err
 	}},
 	{key: "upstream", env: "ANTEROOM_UPSTREAM", want: "URL", apply: func(c *Config, v string) error { c.Upstream = v; return nil }},
+	{key: "upstream_timeout", env: "ANTEROOM_UPSTREAM_TIMEOUT", want: "duration", apply: func(c *Config, v string) error {
+		d, err := parseDuration(v)
+		c.UpstreamTimeout = Duration(d)
+		return err
+	}},
+	{key: "max_conns_per_ip", env: "ANTEROOM_MAX_CONNS_PER_IP", want: "whole number", apply: func(c *Config, v string) error {
+		n, err := parseInt(v)
+		c.MaxConnsPerIP = &n
+		return err
+	}},
 	{key: "protect", env: "ANTEROOM_PROTECT", want: "list", apply: func(c *Config, v string) error { c.Protect = splitList(v); return nil }},
 	{key: "bypass", env: "ANTEROOM_BYPASS", want: "list", apply: func(c *Config, v string) error { c.Bypass = splitList(v); return nil }},
 	{key: "api_keys", env: "ANTEROOM_API_KEYS", want: "list", apply: func(c *Config, v string) error { c.APIKeys = splitList(v); return nil }},
@@ -669,6 +688,13 @@ func (c *Config) fillDefaults() {
 		on := true
 		c.Demo = &on
 	}
+	if c.UpstreamTimeout == 0 {
+		c.UpstreamTimeout = Duration(defaultUpstreamTimeout)
+	}
+	if c.MaxConnsPerIP == nil {
+		n := defaultMaxConnsPerIP
+		c.MaxConnsPerIP = &n
+	}
 	if c.RateLimit.PerSecond == nil {
 		f := defaultRatePerSecond
 		c.RateLimit.PerSecond = &f
@@ -743,6 +769,12 @@ func (c Config) Validate() error {
 				return bad(fmt.Sprintf("%s[%d]", key, i), "%q lies under base_path %q, which anteroom serves itself", p, c.BasePath)
 			}
 		}
+	}
+	if c.UpstreamTimeout < 0 {
+		return bad("upstream_timeout", "must be a positive duration such as \"30s\"")
+	}
+	if n := c.MaxConnsPerIP; n != nil && *n < 0 {
+		return bad("max_conns_per_ip", "must not be negative (0: no cap)")
 	}
 	for i, k := range c.APIKeys {
 		if len(k) < minAPIKeyLength {

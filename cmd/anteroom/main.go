@@ -176,6 +176,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	if err != nil {
 		return err
 	}
+	// The same bounds in every mode: in reverse-proxy mode too a request
+	// must arrive within the read timeout, but for a proxied body, which may
+	// take as long as it keeps arriving (gate.ProxyOptions.BodyIdleTimeout).
+	timeouts := defaultTimeouts
 	opts := gate.Options{
 		BasePath:       cfg.BasePath,
 		Waitlist:       waitlist,
@@ -193,20 +197,26 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		if err != nil {
 			return fmt.Errorf("config: upstream: %w", err)
 		}
-		opts.Proxy = gate.ProxyOptions{Upstream: upstream, Protect: cfg.Protect, Bypass: cfg.Bypass}
+		opts.Proxy = gate.ProxyOptions{Upstream: upstream, Protect: cfg.Protect, Bypass: cfg.Bypass,
+			ResponseHeaderTimeout: time.Duration(cfg.UpstreamTimeout),
+			// A proxied body may take as long as it keeps arriving (uploads to
+			// the app may be slow); one that stops is cut off like any request.
+			BodyIdleTimeout: timeouts.read,
+		}
 	}
 	handler, err := gate.New(opts)
 	if err != nil {
 		return err
 	}
-	timeouts := defaultTimeouts
-	if cfg.Upstream != "" {
-		timeouts.read = 0 // uploads to the app may be slow; headers still are bounded
-	}
 	srv := newHTTPServer(handler, log, timeouts)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if n := *cfg.MaxConnsPerIP; n > 0 {
+		limiter := newConnLimiter(n, trusted)
+		ln = limiter.Listener(ln)
+		srv.ConnState = limiter.ConnState
 	}
 	addr := ln.Addr().String()
 	log.Info("anteroom: listening", "url", "http://"+addr+"/", "base_path", cfg.BasePath, "upstream", cfg.Upstream,
@@ -236,7 +246,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 
 // serverTimeouts bound slow clients (slowloris): a request's headers must
 // arrive within readHeader, the whole request within read (0: no bound),
-// and an idle keep-alive connection is closed after idle.
+// and an idle keep-alive connection is closed after idle. Websockets are
+// not cut by read: net/http clears the deadline once a request without a
+// body is read, and the hijacked connection keeps none.
 type serverTimeouts struct {
 	readHeader, read, idle time.Duration
 }
