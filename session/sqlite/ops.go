@@ -414,7 +414,7 @@ func (s *Store) applySecret(o *op) error {
 	}
 	v, err := o.gen()
 	if err != nil {
-		return &beforeWriteError{session.Errorf(session.CodeInternal, "sqlite: secret: generate: %w", err)}
+		return session.Errorf(session.CodeInternal, "sqlite: secret: generate: %w", err)
 	}
 	if len(v) == 0 {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: secret: generator returned an empty secret")

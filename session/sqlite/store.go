@@ -29,8 +29,9 @@
 // COMMIT the writer calls the commit listener once with the merged
 // session.Commit, then answers the callers. If COMMIT fails, every caller of
 // the batch gets the error and the listener is not called. An Update runs
-// as a series of transactions of at most Options.UpdateChunk rows, between
-// which the joins queued meanwhile run. Reads (Get, Rows) use a separate
+// as a series of transactions of at most the chunk its caller asks for
+// (session.Options.UpdateChunk), between which the joins queued meanwhile
+// run. Reads (Get, Rows) use a separate
 // pool of read-only connections.
 //
 // # Storage layout
@@ -88,18 +89,12 @@ type Options struct {
 	// CacheKiB is the page cache of the writer connection, in KiB. Default
 	// 16384 (16 MiB).
 	CacheKiB int
-	// UpdateChunk caps the rows one transaction of Update touches, whatever
-	// chunk its caller asks for, and the sessions one transaction of Touch
-	// refreshes: joins queued behind them wait for one such transaction at
-	// most. Default 256.
-	UpdateChunk int
 }
 
 const (
 	defaultMaxBatch    = 256
 	defaultBusyTimeout = 5 * time.Second
 	defaultCacheKiB    = 16 << 10
-	defaultUpdateChunk = 256
 	secretKey          = "token_secret"
 )
 
@@ -142,10 +137,9 @@ type Stats struct {
 // Store is the SQLite session.Store. Create it with Open; it is safe for
 // concurrent use.
 type Store struct {
-	path        string
-	log         *slog.Logger
-	maxBatch    int
-	updateChunk int
+	path     string
+	log      *slog.Logger
+	maxBatch int
 
 	lock   *os.File
 	wc     wconn // the one writer connection, used only by the writer goroutine
@@ -207,9 +201,6 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.CacheKiB <= 0 {
 		opts.CacheKiB = defaultCacheKiB
 	}
-	if opts.UpdateChunk <= 0 {
-		opts.UpdateChunk = defaultUpdateChunk
-	}
 
 	lock, err := acquireLock(path, path+".lock")
 	if err != nil {
@@ -220,15 +211,14 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, session.Errorf(session.CodeInternal, "sqlite: open: %w", err)
 	}
 	s := &Store{
-		path:        path,
-		log:         opts.Logger,
-		maxBatch:    opts.MaxBatch,
-		updateChunk: opts.UpdateChunk,
-		lock:        lock,
-		ops:         make(chan *op, opts.QueueLen),
-		writerDone:  make(chan struct{}),
-		cache:       make(map[string]*gateEntry),
-		idx:         newIDIndex(),
+		path:       path,
+		log:        opts.Logger,
+		maxBatch:   opts.MaxBatch,
+		lock:       lock,
+		ops:        make(chan *op, opts.QueueLen),
+		writerDone: make(chan struct{}),
+		cache:      make(map[string]*gateEntry),
+		idx:        newIDIndex(),
 	}
 	if err := s.open(opts); err != nil {
 		_ = s.closeDBs()
@@ -485,11 +475,10 @@ func (s *Store) sessionOp(ctx context.Context, kind opKind, cfg session.GateConf
 	return sess, err
 }
 
-// Touch persists LastActive for the given active sessions of gate, in
-// transactions of at most Options.UpdateChunk sessions (so that the joins
-// queued meanwhile wait for one of them at most). Sessions that do not exist
-// or are waiting are skipped. It reports nothing to the commit listener. On
-// error, the transactions before the failed one are committed.
+// Touch persists LastActive for the given active sessions of gate, in one
+// transaction: the caller bounds len(touches) (the Waitlist sends at most
+// session.Options.UpdateChunk). Sessions that do not exist or are waiting
+// are skipped. It reports nothing to the commit listener.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name,
 // session.ErrUnavailable after Close, the context's error when it is done
@@ -501,24 +490,18 @@ func (s *Store) Touch(ctx context.Context, gate string, touches []session.Touch)
 	if len(touches) == 0 {
 		return nil
 	}
-	for len(touches) > 0 {
-		n := min(len(touches), s.updateChunk)
-		o := newOp(ctx, opTouch)
-		o.cfg.Name, o.touches = gate, touches[:n]
-		err := s.do(o)
-		putOp(o)
-		if err != nil {
-			return err
-		}
-		touches = touches[n:]
-	}
-	return nil
+	o := newOp(ctx, opTouch)
+	o.cfg.Name, o.touches = gate, touches
+	err := s.do(o)
+	putOp(o)
+	return err
 }
 
 // Update is the cron tick for gate cfg.Name at now: it deletes stale waiting
 // sessions, then stale active ones, then promotes waiters in position order
 // up to session.PromotionCount, touching at most chunk rows per transaction
-// (chunk <= 0 means 1000). The steps go through the writer, so they
+// (chunk <= 0 means session.DefaultUpdateChunk). The steps go through the
+// writer, so they
 // serialise with joins, and each transaction's commit is reported to the
 // listener. A tick with little to do takes one transaction.
 //
@@ -529,8 +512,8 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 	if err := cfg.Validate(); err != nil {
 		return rep, err
 	}
-	if chunk <= 0 || chunk > s.updateChunk {
-		chunk = s.updateChunk
+	if chunk <= 0 {
+		chunk = session.DefaultUpdateChunk
 	}
 	s.updating.Add(1)
 	defer func() {
