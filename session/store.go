@@ -58,6 +58,16 @@ type Store interface {
 	Close() error
 }
 
+// ReadyChecker is implemented by a Store that can tell whether it can serve
+// writes now; Waitlist.Ready asks it. A Store without it is taken as ready.
+type ReadyChecker interface {
+	// Ready returns nil when the Store can write, else an error (with
+	// CodeUnavailable) saying why: its storage is full or failing, its file
+	// was removed, its server is unreachable. It must be cheap when all is
+	// well: it answers readiness probes.
+	Ready(ctx context.Context) error
+}
+
 // GateSnapshot is a gate's persisted state as loaded at start.
 type GateSnapshot struct {
 	State  GateState

@@ -273,6 +273,19 @@ func (w *Waitlist) Global(gate string) (GlobalView, error) {
 	return *g.view.Load(), nil
 }
 
+// Ready reports whether the service can serve: ErrUnavailable after Close,
+// the Store's error when it implements ReadyChecker and cannot write now
+// (for /readyz), nil otherwise.
+func (w *Waitlist) Ready(ctx context.Context) error {
+	if w.closed.Load() {
+		return ErrUnavailable
+	}
+	if rc, ok := w.store.(ReadyChecker); ok {
+		return rc.Ready(ctx)
+	}
+	return nil
+}
+
 // Update runs the cron tick on every gate: it persists pending refreshes,
 // then purges stale sessions and promotes waiters (Store.Update). It returns
 // one report per gate; on error, the reports of the gates done so far and the

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -176,4 +177,23 @@ func TestRunInReverseProxyMode(t *testing.T) {
 	assert.Equal(t, "the app at /orders", get(&http.Client{Jar: jar1}, "/orders"))
 	assert.Contains(t, get(&http.Client{Jar: jar2}, "/orders"), "/anteroom/anteroom.js", "the second visitor waits")
 	assert.Equal(t, "the app at /public/logo.svg", get(&http.Client{Jar: jar2}, "/public/logo.svg"))
+}
+
+// /readyz asks the store: it answers 503 while the database cannot be
+// written to (here: its file was moved away, so every write would be lost
+// at the next start), and 200 again once it can.
+func TestReadyzReportsAStoreThatCannotWrite(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "anteroom.db")
+	r := start(t, []string{"ANTEROOM_DATABASE=" + db})
+	status, _ := getJSON(t, "http://"+r.addr+"/readyz")
+	require.Equal(t, http.StatusOK, status)
+
+	require.NoError(t, os.Rename(db, db+".moved"))
+	status, body := getJSON(t, "http://"+r.addr+"/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, fmt.Sprint(body["error"]), "removed or replaced")
+
+	require.NoError(t, os.Rename(db+".moved", db))
+	status, _ = getJSON(t, "http://"+r.addr+"/readyz")
+	assert.Equal(t, http.StatusOK, status)
 }

@@ -39,6 +39,7 @@ const (
 	sqlIDAt         = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
 	sqlSelectMeta   = `SELECT value FROM meta WHERE key = ?`
 	sqlInsertMeta   = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
+	sqlDeleteMeta   = `DELETE FROM meta WHERE key = ?`
 	sqlAllRows      = `SELECT id, position, status, last_active, created_at FROM sessions WHERE gate = ?`
 )
 
@@ -70,7 +71,7 @@ type wconn struct {
 	selectRow, rowExists, insertRow, updateRow *stmt
 	deleteRow, firstWaiters, purgeWaiting      *stmt
 	purgeActive, touch, active, keys, idAt     *stmt
-	selectMeta, insertMeta                     *stmt
+	selectMeta, insertMeta, deleteMeta         *stmt
 	checkpoint, truncate, pageSize             *stmt
 }
 
@@ -88,7 +89,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
 		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.purgeWaiting, sqlPurgeWaiting},
 		{&w.purgeActive, sqlPurgeActive}, {&w.touch, sqlTouch}, {&w.active, sqlActive}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
-		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta},
+		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
 		{&w.checkpoint, "PRAGMA wal_checkpoint(PASSIVE)"}, {&w.truncate, "PRAGMA wal_checkpoint(TRUNCATE)"},
 		{&w.pageSize, "PRAGMA page_size"},
 	} {
@@ -128,7 +129,7 @@ func (w *wconn) close() error {
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
 		w.deleteRow, w.firstWaiters, w.purgeWaiting,
 		w.purgeActive, w.touch, w.active, w.keys, w.idAt,
-		w.selectMeta, w.insertMeta,
+		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.checkpoint, w.truncate, w.pageSize,
 	} {
 		if s != nil {

@@ -3,14 +3,20 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 )
 
 // fillAndClose creates n gates (padded names, so that their rows fill many
@@ -76,4 +82,154 @@ func TestVerifyCountersStopsOnAFailedScan(t *testing.T) {
 	repairs, err := verifyCounters(ctx, conn, slog.New(slog.DiscardHandler))
 	require.Error(t, err, "repairs made: %d", len(repairs))
 	assert.Contains(t, err.Error(), "malformed")
+}
+
+// A database that fails PRAGMA quick_check is refused at Open.
+func TestOpenRefusesAFileThatFailsQuickCheck(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	fillAndClose(t, path, 3000)
+	corruptLeaf(t, path, "gates")
+	_, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, ErrDamaged)
+	assert.Contains(t, err.Error(), "failed PRAGMA quick_check")
+	assert.Contains(t, err.Error(), "Restore it from a backup")
+}
+
+// copyFiles copies the named files of src's database to dir, as a crash
+// would leave them (the store stays open).
+func copyFiles(t *testing.T, src, dir string, suffixes ...string) string {
+	t.Helper()
+	dst := filepath.Join(dir, filepath.Base(src))
+	for _, suf := range suffixes {
+		b, err := os.ReadFile(src + suf)
+		require.NoError(t, err, src+suf)
+		require.NoError(t, os.WriteFile(dst+suf, b, 0o600))
+	}
+	return dst
+}
+
+// A WAL truncated after a crash loses the joins it held: when the identity
+// file recorded them (it is written every second while positions are handed
+// out), Open refuses rather than hand their positions out again. The same
+// crash image with its WAL intact opens and goes on where it stopped.
+func TestOpenRefusesATruncatedWAL(t *testing.T) {
+	defer func(c, r time.Duration) { ckptInterval, recordInterval = c, r }(ckptInterval, recordInterval)
+	ckptInterval, recordInterval = time.Hour, 5*time.Millisecond // no checkpoint: the joins stay in the WAL
+	path := filepath.Join(t.TempDir(), "t.db")
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 2)
+	for i := range 50 {
+		_, err := s.Join(ctx, cfg, fmt.Sprintf("s%d", i), epoch)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		id, err := readIdentity(path + ".id")
+		return err == nil && id != nil && id.NextPosition["default"] == 51
+	}, 10*time.Second, 5*time.Millisecond, "the identity file records the joins")
+	fi, err := os.Stat(path + "-wal")
+	require.NoError(t, err)
+	require.Positive(t, fi.Size(), "the joins are in the WAL")
+
+	intact := copyFiles(t, path, t.TempDir(), "", "-wal", ".id")
+	truncated := copyFiles(t, path, t.TempDir(), "", "-wal", ".id")
+	require.NoError(t, os.Truncate(truncated+"-wal", 0))
+
+	_, err = Open(truncated, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, ErrDamaged)
+	assert.Contains(t, err.Error(), "lost committed writes")
+
+	s2, err := Open(intact, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err, "the crash image with its WAL is healthy")
+	defer s2.Close()
+	next, err := s2.Join(ctx, cfg, "next", epoch)
+	require.NoError(t, err)
+	assert.EqualValues(t, 51, next.Position)
+}
+
+// An unreadable identity file is refused with the way out.
+func TestOpenRefusesAnUnreadableIdentityFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "i.db")
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, os.WriteFile(path+".id", []byte("{garbage"), 0o600))
+	_, err = Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, ErrDamaged)
+	assert.Contains(t, err.Error(), "delete it")
+}
+
+// onWriter runs fn on the writer goroutine, between two ops.
+func onWriter(t *testing.T, s *Store, fn func(w *wconn) error) {
+	t.Helper()
+	var once sync.Once
+	var err error
+	testHookOpDone = func(o *op) error {
+		if o.kind == opSecret {
+			once.Do(func() { err = fn(&s.wc) })
+		}
+		return nil
+	}
+	defer func() { testHookOpDone = nil }()
+	_, serr := s.Secret(context.Background(), func() ([]byte, error) { return []byte("k"), nil })
+	require.NoError(t, serr)
+	require.NoError(t, err)
+}
+
+func execOn(w *wconn, q string) error {
+	_, err := w.c.(driver.ExecerContext).ExecContext(context.Background(), q, nil)
+	return err
+}
+
+// A store that cannot write (the disk full, simulated with max_page_count)
+// is not ready until a write succeeds again; Ready's probe finds out.
+func TestReadyReportsAFullDatabase(t *testing.T) {
+	defer func(p time.Duration) { probeInterval = p }(probeInterval)
+	probeInterval = 0
+	s := openInternal(t)
+	ctx := context.Background()
+	require.NoError(t, s.Ready(ctx))
+	cfg := sessiontest.GateConfig("default", 2)
+	_, err := s.Join(ctx, cfg, "first", epoch)
+	require.NoError(t, err)
+
+	onWriter(t, s, func(w *wconn) error {
+		return execOn(w, "PRAGMA max_page_count = 1") // clamped to the current size
+	})
+	var joinErr error
+	for i := 0; i < 20000 && joinErr == nil; i++ {
+		_, joinErr = s.Join(ctx, cfg, fmt.Sprintf("fill-%06d-padding-padding-padding-padding", i), epoch)
+	}
+	require.Error(t, joinErr, "the database filled up")
+	assert.Contains(t, joinErr.Error(), "full")
+	err = s.Ready(ctx)
+	require.Error(t, err)
+	assert.Equal(t, session.CodeUnavailable, session.CodeOf(err))
+	assert.Contains(t, err.Error(), "full")
+	require.Error(t, s.Ready(ctx), "still full: the probe fails too")
+
+	onWriter(t, s, func(w *wconn) error { return execOn(w, "PRAGMA max_page_count = 1073741823") })
+	require.NoError(t, s.Ready(ctx), "room again: the probe succeeds")
+	_, err = s.Join(ctx, cfg, "after", epoch)
+	require.NoError(t, err)
+}
+
+// A database file removed or replaced while open is not ready: its writes
+// would be lost at the next start.
+func TestReadyReportsARemovedFile(t *testing.T) {
+	s := openInternal(t)
+	ctx := context.Background()
+	require.NoError(t, s.Ready(ctx))
+	require.NoError(t, os.Rename(s.path, s.path+".moved"))
+	err := s.Ready(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "removed or replaced")
+	require.NoError(t, os.WriteFile(s.path, nil, 0o600))
+	require.Error(t, s.Ready(ctx), "another file at the path")
+	require.NoError(t, os.Rename(s.path+".moved", s.path))
+	require.NoError(t, s.Ready(ctx))
+	require.NoError(t, s.Close())
+	require.ErrorIs(t, s.Ready(ctx), session.ErrUnavailable)
 }

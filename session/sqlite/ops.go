@@ -425,3 +425,18 @@ func (s *Store) applySecret(o *op) error {
 	o.secret = append([]byte(nil), v...)
 	return nil
 }
+
+// probeKey names the row a readiness probe writes and deletes.
+const probeKey = "ready_probe"
+
+// applyProbe writes a row of about a page and deletes it: the transaction
+// commits only if the database can take new data.
+func (s *Store) applyProbe() error {
+	if _, err := s.wc.exec(s.wc.insertMeta, probeKey, make([]byte, 4096)); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	if _, err := s.wc.exec(s.wc.deleteMeta, probeKey); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	return nil
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/anteroomhq/anteroom/session"
 	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // opKind names what an op does.
@@ -23,6 +24,7 @@ const (
 	opUpdate
 	opLoad
 	opSecret
+	opProbe
 )
 
 func (k opKind) String() string {
@@ -41,6 +43,8 @@ func (k opKind) String() string {
 		return "load"
 	case opSecret:
 		return "secret"
+	case opProbe:
+		return "probe"
 	}
 	return "op"
 }
@@ -274,6 +278,7 @@ func (s *Store) failBatch(b *batch, err error) {
 	_, _ = s.wc.exec(s.wc.rollback) // fails harmlessly when no transaction is open
 	s.idx.rollback()
 	clear(s.cache)
+	s.noteWriteFailure(err)
 	s.log.Error("anteroom: sqlite transaction failed", "path", s.path, "ops", len(b.live), "err", err)
 	for _, o := range b.live {
 		o.err = session.Errorf(session.CodeInternal, "sqlite: %s: transaction failed: %w", o.kind, err)
@@ -320,6 +325,22 @@ func (s *Store) runOp(b *batch, o *op) {
 	if s.wc.writes != writes || errors.As(err, &storage) {
 		b.poisoned = o
 	}
+	s.noteWriteFailure(err)
+}
+
+// noteWriteFailure remembers err for Ready when it says the storage cannot
+// write (full, I/O error, read-only, corrupt, ...), not when one op was
+// refused.
+func (s *Store) noteWriteFailure(err error) {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY,
+		sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL:
+		s.writeErr.Store(&err)
+	}
 }
 
 func (s *Store) apply(b *batch, o *op) error {
@@ -339,6 +360,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applyLoad(b, o)
 	case opSecret:
 		err = s.applySecret(o)
+	case opProbe:
+		err = s.applyProbe()
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
