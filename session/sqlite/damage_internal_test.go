@@ -233,3 +233,43 @@ func TestReadyReportsARemovedFile(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, s.Ready(ctx), session.ErrUnavailable)
 }
+
+// A gate deleted on purpose while the store runs is dropped from the
+// identity file at its next record, so the next Open does not take it for
+// lost; a gate that vanished behind the store's back is refused.
+func TestIdentityForgetsADeletedGate(t *testing.T) {
+	defer func(r time.Duration) { recordInterval = r }(recordInterval)
+	recordInterval = 5 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "g.db")
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, g := range []string{"a", "b"} {
+		_, err := s.Join(ctx, sessiontest.GateConfig(g, 1), "x", epoch)
+		require.NoError(t, err)
+	}
+	recorded := func(gate string) (int64, bool) {
+		id, err := readIdentity(path + ".id")
+		if err != nil || id == nil {
+			return 0, false
+		}
+		n, ok := id.NextPosition[gate]
+		return n, ok
+	}
+	require.Eventually(t, func() bool { n, _ := recorded("b"); return n == 2 }, 10*time.Second, 5*time.Millisecond)
+	onWriter(t, s, func(w *wconn) error { return execOn(w, "DELETE FROM sessions WHERE gate = 'b'; DELETE FROM gates WHERE name = 'b'") })
+	require.Eventually(t, func() bool { _, ok := recorded("b"); return !ok }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, s.Close())
+	s, err = Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err, "the deleted gate is not missed")
+	require.NoError(t, s.Close())
+
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = db.Exec(`DELETE FROM sessions WHERE gate = 'a'; DELETE FROM gates WHERE name = 'a'`)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	_, err = Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, ErrDamaged)
+	assert.Contains(t, err.Error(), `gate "a" is missing, but 1 positions were already handed out`)
+}

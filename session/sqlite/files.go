@@ -229,12 +229,19 @@ func checkIdentity(ctx context.Context, conn *sql.Conn, path string, side *ident
 				"Put the right file back; to use this one knowingly, delete %s",
 				path, dbID, sideFile, side.DatabaseID, sideFile)
 		}
+		// No gate may have gone back, nor vanished: a gate deleted while the
+		// Store runs is dropped from the identity file at its next record.
 		for _, gate := range sortedKeys(side.NextPosition) {
-			if recorded := side.NextPosition[gate]; next[gate] < recorded {
-				return identity{}, damaged("database %s has lost committed writes: gate %q is at next_position %d, but %d positions were already handed out (recorded in %s). "+
+			n := next[gate] // 0 when its row is gone
+			if recorded := side.NextPosition[gate]; n < recorded {
+				state := fmt.Sprintf("is at next_position %d", n)
+				if n == 0 {
+					state = "is missing"
+				}
+				return identity{}, damaged("database %s has lost committed writes: gate %q %s, but %d positions were already handed out (recorded in %s). "+
 					"Its WAL was truncated or lost, or the file was rolled back to an older copy; going on would hand positions out twice. "+
 					"Restore the latest copy with its -wal file; to accept the loss knowingly, delete %s",
-					path, gate, next[gate], recorded-1, sideFile, sideFile)
+					path, gate, state, recorded-1, sideFile, sideFile)
 			}
 		}
 	}
@@ -340,9 +347,9 @@ func (s *Store) recordIdentity(ctx context.Context, force bool) error {
 	}
 	s.idMu.Lock()
 	defer s.idMu.Unlock()
-	changed := force
+	changed := force || len(next) != len(s.id.NextPosition)
 	for g, n := range next {
-		if n > s.id.NextPosition[g] {
+		if recorded, ok := s.id.NextPosition[g]; !ok || n > recorded {
 			changed = true
 		}
 	}
@@ -355,12 +362,10 @@ func (s *Store) recordIdentity(ctx context.Context, force bool) error {
 	if err := s.dbFile.Sync(); err != nil {
 		return fmt.Errorf("sync database: %w", err)
 	}
+	// The gates of the database now: one deleted meanwhile is forgotten.
 	id := identity{DatabaseID: s.id.DatabaseID, NextPosition: make(map[string]int64, len(next))}
-	for g, n := range s.id.NextPosition {
-		id.NextPosition[g] = n
-	}
 	for g, n := range next {
-		id.NextPosition[g] = max(id.NextPosition[g], n)
+		id.NextPosition[g] = max(s.id.NextPosition[g], n)
 	}
 	if err := writeIdentity(s.path+".id", id); err != nil {
 		return fmt.Errorf("write %s: %w", s.path+".id", err)
