@@ -257,7 +257,9 @@ func TestIdentityForgetsADeletedGate(t *testing.T) {
 		return n, ok
 	}
 	require.Eventually(t, func() bool { n, _ := recorded("b"); return n == 2 }, 10*time.Second, 5*time.Millisecond)
-	onWriter(t, s, func(w *wconn) error { return execOn(w, "DELETE FROM sessions WHERE gate = 'b'; DELETE FROM gates WHERE name = 'b'") })
+	onWriter(t, s, func(w *wconn) error {
+		return execOn(w, "DELETE FROM sessions WHERE gate = 'b'; DELETE FROM gates WHERE name = 'b'")
+	})
 	require.Eventually(t, func() bool { _, ok := recorded("b"); return !ok }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, s.Close())
 	s, err = Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
