@@ -5,6 +5,14 @@ import "time"
 // The rules of the waiting line, as pure functions. A Store calls them inside
 // its transaction with the rows and counters it read there, then writes what
 // they decided. Nothing here does I/O or reads a clock.
+//
+// A session's status only moves forward: a session is inserted waiting or
+// active, a waiting session may become active (Promote), and any session may
+// be deleted (DecideRelease, DecidePurge). No rule turns an active session
+// back into a waiting one. Stores rely on it: with positions handed out in
+// order and promotions in position order, every active position of a gate is
+// below every waiting one, so the first waiter can be sought from a lower
+// bound that only grows. sessiontest checks it of every Store.
 
 // Action says what a Store must do with a session row.
 type Action uint8
@@ -90,10 +98,21 @@ func DecideRelease(cfg GateConfig, c Counters, existing *Session) Outcome {
 	if existing == nil {
 		return Outcome{Action: ActionNone}
 	}
-	o := Outcome{Action: ActionDelete, Session: *existing}
+	o := DecidePurge(*existing)
 	if existing.Status == StatusActive {
-		o.Delta.Active = -1
 		o.Promote = PromotionCount(cfg.ActiveLimit, c.Add(o.Delta))
+	}
+	return o
+}
+
+// DecidePurge decides the deletion of a stored session by update() (one that
+// IsStale) or by release(): the row is deleted and the counter of its status
+// goes down by one. It decides no promotion: update() promotes once after
+// its purges, release() per DecideRelease.
+func DecidePurge(s Session) Outcome {
+	o := Outcome{Action: ActionDelete, Session: s}
+	if s.Status == StatusActive {
+		o.Delta.Active = -1
 	} else {
 		o.Delta.Waiting = -1
 	}
@@ -120,7 +139,10 @@ func PromotionCount(limit int64, c Counters) int64 {
 // StaleCutoffs returns the instants before which a session's LastActive makes
 // it stale: a waiting session that left before waitingCutoff, or an active
 // session last seen before activeCutoff. A session exactly at the cutoff is
-// not stale yet.
+// not stale yet. IsStale is written with them, and a Store that selects stale
+// rows in its own query language must select exactly the rows IsStale
+// reports: LastActive set and strictly before the cutoff of its status
+// (sessiontest checks it).
 func StaleCutoffs(cfg GateConfig, now time.Time) (waitingCutoff, activeCutoff time.Time) {
 	return now.Add(-cfg.WaitingTimeout), now.Add(-cfg.ActiveTimeout)
 }

@@ -23,14 +23,18 @@ type Options struct {
 	// in memory they are always exact. Default 5s; negative disables the
 	// background flusher (Update and Close still flush).
 	TouchInterval time.Duration
-	// UpdateChunk is the most rows one update transaction touches. Default 1000.
+	// UpdateChunk is the most rows one transaction of an update touches
+	// (Store.Update's chunk), and the most refreshes one Store.Touch call
+	// persists: joins queued behind either wait for one such transaction at
+	// most. It is the one setting of that size. Default DefaultUpdateChunk.
 	UpdateChunk int
 }
 
-const (
-	defaultTouchInterval = 5 * time.Second
-	defaultUpdateChunk   = 1000
-)
+// DefaultUpdateChunk is the default Options.UpdateChunk, and the chunk a
+// Store uses when Update is asked for none.
+const DefaultUpdateChunk = 256
+
+const defaultTouchInterval = 5 * time.Second
 
 // Waitlist is the service: the operations of the model over a Store, with
 // the hot reads (validate, the global view) answered from memory that is
@@ -90,7 +94,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		w.log = slog.Default()
 	}
 	if w.chunk <= 0 {
-		w.chunk = defaultUpdateChunk
+		w.chunk = DefaultUpdateChunk
 	}
 	for _, cfg := range gates {
 		if err := cfg.Validate(); err != nil {
@@ -271,6 +275,19 @@ func (w *Waitlist) Global(gate string) (GlobalView, error) {
 	return g.currentView(w.clock.Now()), nil
 }
 
+// Ready reports whether the service can serve: ErrUnavailable after Close,
+// the Store's error when it implements ReadyChecker and cannot write now
+// (for /readyz), nil otherwise.
+func (w *Waitlist) Ready(ctx context.Context) error {
+	if w.closed.Load() {
+		return ErrUnavailable
+	}
+	if rc, ok := w.store.(ReadyChecker); ok {
+		return rc.Ready(ctx)
+	}
+	return nil
+}
+
 // Update runs the cron tick on every gate: it persists pending refreshes,
 // then purges stale sessions and promotes waiters (Store.Update). It returns
 // one report per gate; on error, the reports of the gates done so far and the
@@ -327,7 +344,8 @@ func (w *Waitlist) republishRates() {
 }
 
 // FlushTouches persists every LastActive refreshed in memory since it was
-// last persisted. It returns the Store's error, or ErrUnavailable.
+// last persisted, at most Options.UpdateChunk per Store.Touch call. It
+// returns the Store's error, or ErrUnavailable.
 func (w *Waitlist) FlushTouches(ctx context.Context) error {
 	for _, name := range w.names {
 		g := w.gates[name]
@@ -344,11 +362,15 @@ func (w *Waitlist) FlushTouches(ctx context.Context) error {
 		if len(touches) == 0 {
 			continue
 		}
-		if err := w.store.Touch(ctx, name, touches); err != nil {
-			return err
-		}
-		for i, e := range entries {
-			e.persisted.Store(touches[i].LastActive.UnixNano())
+		for len(touches) > 0 {
+			n := min(len(touches), w.chunk)
+			if err := w.store.Touch(ctx, name, touches[:n]); err != nil {
+				return err
+			}
+			for i, e := range entries[:n] {
+				e.persisted.Store(touches[i].LastActive.UnixNano())
+			}
+			touches, entries = touches[n:], entries[n:]
 		}
 	}
 	return nil

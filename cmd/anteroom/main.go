@@ -191,6 +191,13 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		RateLimit:      gate.RateLimitOptions{PerSecond: *cfg.RateLimit.PerSecond, Burst: cfg.RateLimit.Burst},
 		TrustedProxies: trusted,
 		Logger:         log,
+		// /readyz answers 503 while the store cannot write (disk full, I/O
+		// errors, its file removed).
+		Ready: func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return waitlist.Ready(ctx)
+		},
 	}
 	if cfg.Upstream != "" {
 		upstream, err := url.Parse(cfg.Upstream)

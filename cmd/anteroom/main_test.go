@@ -328,3 +328,22 @@ func TestLoweredLimitAppliesToAnExistingDatabase(t *testing.T) {
 	assert.Equal(t, "waiting", v["status"])
 	assert.EqualValues(t, 1, v["active"])
 }
+
+// /readyz asks the store: it answers 503 while the database cannot be
+// written to (here: its file was moved away, so every write would be lost
+// at the next start), and 200 again once it can.
+func TestReadyzReportsAStoreThatCannotWrite(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "anteroom.db")
+	r := start(t, []string{"ANTEROOM_DATABASE=" + db})
+	status, _ := getJSON(t, "http://"+r.addr+"/readyz")
+	require.Equal(t, http.StatusOK, status)
+
+	require.NoError(t, os.Rename(db, db+".moved"))
+	status, body := getJSON(t, "http://"+r.addr+"/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, fmt.Sprint(body["error"]), "removed or replaced")
+
+	require.NoError(t, os.Rename(db+".moved", db))
+	status, _ = getJSON(t, "http://"+r.addr+"/readyz")
+	assert.Equal(t, http.StatusOK, status)
+}

@@ -316,14 +316,10 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		if err != nil {
 			return fmt.Errorf("purge waiting: %w", err)
 		}
-		n := int64(len(b.rows))
-		if n > 0 {
-			e.c.Waiting -= n
-			e.save, e.report = true, true
-			for _, r := range b.rows {
-				s.idx.remove(e.name, r.ID, r.Position)
-			}
+		if err := s.purged(b, e, o); err != nil {
+			return err
 		}
+		n := int64(len(b.rows))
 		st.purgedWaiting = n
 		if budget -= n; budget == 0 {
 			return nil // maybe more: the next transaction looks again
@@ -339,15 +335,10 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		if err != nil {
 			return fmt.Errorf("purge active: %w", err)
 		}
-		n := int64(len(b.rows))
-		if n > 0 {
-			e.c.Active -= n
-			e.save, e.report = true, true
-			for _, r := range b.rows {
-				s.idx.remove(e.name, r.ID, r.Position)
-				b.event(session.EventDeactivated, r)
-			}
+		if err := s.purged(b, e, o); err != nil {
+			return err
 		}
+		n := int64(len(b.rows))
 		st.purgedActive = n
 		if budget -= n; budget == 0 {
 			return nil
@@ -361,6 +352,29 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 	}
 	st.promoted = n
 	st.finished = n == want || n < min(want, budget)
+	return nil
+}
+
+// purged accounts for the rows in b.rows that a purge statement deleted,
+// with session.DecidePurge. The statements select stale rows in SQL
+// (last_active set and below the cutoff of session.StaleCutoffs): a row that
+// session.IsStale does not call stale means the SQL and the rule disagree,
+// and the op fails (its transaction is rolled back) rather than purge it.
+func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
+	now := normTime(o.now)
+	for _, r := range b.rows {
+		if !session.IsStale(o.cfg, r, now) {
+			return fmt.Errorf("purge: session %q of gate %q (%s, last active %v) is not stale at %v: the purge SQL disagrees with session.IsStale",
+				r.ID, e.name, r.Status, r.LastActive, now)
+		}
+		out := session.DecidePurge(r)
+		e.c = e.c.Add(out.Delta)
+		e.save, e.report = true, true
+		s.idx.remove(e.name, r.ID, r.Position)
+		if r.Status == session.StatusActive {
+			b.event(session.EventDeactivated, r)
+		}
+	}
 	return nil
 }
 
@@ -400,7 +414,7 @@ func (s *Store) applySecret(o *op) error {
 	}
 	v, err := o.gen()
 	if err != nil {
-		return &beforeWriteError{session.Errorf(session.CodeInternal, "sqlite: secret: generate: %w", err)}
+		return session.Errorf(session.CodeInternal, "sqlite: secret: generate: %w", err)
 	}
 	if len(v) == 0 {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: secret: generator returned an empty secret")
@@ -409,5 +423,20 @@ func (s *Store) applySecret(o *op) error {
 		return fmt.Errorf("store secret: %w", err)
 	}
 	o.secret = append([]byte(nil), v...)
+	return nil
+}
+
+// probeKey names the row a readiness probe writes and deletes.
+const probeKey = "ready_probe"
+
+// applyProbe writes a row of about a page and deletes it: the transaction
+// commits only if the database can take new data.
+func (s *Store) applyProbe() error {
+	if _, err := s.wc.exec(s.wc.insertMeta, probeKey, make([]byte, 4096)); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	if _, err := s.wc.exec(s.wc.deleteMeta, probeKey); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
 	return nil
 }
