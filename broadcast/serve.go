@@ -272,10 +272,12 @@ type libConn struct {
 	out *sockOut
 }
 
-// Close closes the socket once what the hub owes it is written (see
-// closeAfterDrain), at once when nothing is pending.
+// Close closes the socket once what the hub owes it is written, or after
+// at most a second (see closeAfterDrain); at once when nothing is
+// pending. It returns the error of closing the socket when it closes it
+// now, nil otherwise.
 func (c *libConn) Close() error {
-	if s := c.out.s.Load(); s != nil && s.closeAfterDrain() {
+	if s := c.out.s.Load(); s != nil && s.closeAfterDrain(min(closeGrace, c.out.h.opts.WriteTimeout)) {
 		return nil
 	}
 	return c.Conn.Close()

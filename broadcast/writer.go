@@ -337,15 +337,24 @@ func (h *Hub) pinger() {
 
 // closeAfterDrain is the library's close of s's socket. When a drain is
 // writing s's pending bytes (the library's own close frame may be among
-// them: over TLS every write is drained), the socket is closed by the
-// drain once they are out, or once its deadline passes, instead of now,
-// which would drop them; it reports whether it deferred the close so.
-func (s *subscriber) closeAfterDrain() bool {
+// them: over TLS every write is drained), the drain closes the socket once
+// they are out, instead of now, which would drop them; and so that a
+// socket that takes nothing is not held open until WriteTimeout, it is
+// closed after grace whatever the drain's progress. It reports whether it
+// deferred the close.
+func (s *subscriber) closeAfterDrain(grace time.Duration) bool {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if !s.draining || s.werr != nil {
 		return false
 	}
-	s.closeDrained = true
+	if !s.closeDrained {
+		s.closeDrained = true
+		time.AfterFunc(grace, s.link.close)
+	}
 	return true
 }
+
+// closeGrace bounds how long the library's close of a socket waits for the
+// bytes owed to it.
+const closeGrace = time.Second
