@@ -382,6 +382,11 @@ func (w *Waitlist) writable(gate, id string) (*gateMemory, error) {
 // onCommit is the Store's commit listener: it applies the commit to memory,
 // then tells the publisher.
 func (w *Waitlist) onCommit(c Commit) {
+	for name, snap := range c.Resync {
+		if g := w.gates[name]; g != nil {
+			g.resync(snap)
+		}
+	}
 	var promoted []Session
 	for _, ev := range c.Events {
 		g := w.gates[ev.Session.Gate]
@@ -432,6 +437,27 @@ func (w *Waitlist) onCommit(c Commit) {
 			}
 		}
 	}
+}
+
+// resync replaces the gate's active set with snap's, keeping the exact
+// LastActive of the sessions that stay.
+func (g *gateMemory) resync(snap GateSnapshot) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fresh := make(map[string]*activeEntry, len(snap.Active))
+	for _, s := range snap.Active {
+		la := s.LastActive.UnixNano()
+		e := g.active[s.ID]
+		if e == nil || e.position != s.Position {
+			e = &activeEntry{position: s.Position}
+			e.lastActive.Store(la)
+		} else if la > e.lastActive.Load() {
+			e.lastActive.Store(la)
+		}
+		e.persisted.Store(la)
+		fresh[s.ID] = e
+	}
+	g.active = fresh
 }
 
 func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
