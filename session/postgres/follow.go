@@ -14,6 +14,9 @@ import (
 	"github.com/anteroomhq/anteroom/session"
 )
 
+// catchUpTimeout bounds the reads made while deliverMu is held.
+const catchUpTimeout = 5 * time.Second
+
 // querier is what catching up needs of a connection.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -85,15 +88,14 @@ func (s *Store) deliverLocal(ctx context.Context, c *pgx.Conn, lc localCommit) {
 }
 
 // catchUp applies the commits of gate after the last applied one, up to
-// upTo (0: all there are), from the outbox; when one is missing it
-// resynchronises the gate from the tables. deliverMu is held.
+// upTo, from the outbox; when one is missing it resynchronises the gate
+// from the tables. deliverMu is held.
 func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64) {
+	// deliverMu is held: a connection that hangs must not stall the writer.
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
 	a := s.applied[gate]
-	bound := upTo
-	if bound == 0 {
-		bound = 1<<63 - 1
-	}
-	rows, err := q.Query(ctx, `SELECT seq, payload FROM anteroom_commits WHERE gate = $1 AND seq > $2 AND seq <= $3 ORDER BY seq`, gate, a, bound)
+	rows, err := q.Query(ctx, `SELECT seq, payload FROM anteroom_commits WHERE gate = $1 AND seq > $2 AND seq <= $3 ORDER BY seq`, gate, a, upTo)
 	if err != nil {
 		s.log.Warn("anteroom: reading the outbox failed", "gate", gate, "err", err)
 		s.resyncGate(ctx, q, gate)
@@ -132,7 +134,7 @@ func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64)
 		s.remote.Add(1)
 		s.notifyListener(p.commit(gate))
 	}
-	if upTo != 0 && s.applied[gate] < upTo {
+	if s.applied[gate] < upTo {
 		s.resyncGate(ctx, q, gate)
 	}
 }
@@ -236,6 +238,8 @@ func (s *Store) followLoop(ctx context.Context, c *pgx.Conn) {
 
 // resyncAll resyncs every gate followed, after listening again.
 func (s *Store) resyncAll(ctx context.Context, c *pgx.Conn) bool {
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
 	s.deliverMu.Lock()
 	defer s.deliverMu.Unlock()
 	for _, g := range sortedKeys(s.applied) {
@@ -270,7 +274,7 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 		}
 		s.deliverMu.Lock()
 		if a, known := s.applied[gate]; known && seq > a {
-			s.catchUp(ctx, c, gate, 0)
+			s.catchUp(ctx, c, gate, seq)
 		}
 		s.deliverMu.Unlock()
 		if c.IsClosed() {
