@@ -32,7 +32,6 @@ import (
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
-	"github.com/anteroomhq/anteroom/session/sqlite"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -78,7 +77,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		return fmt.Errorf("config: update_interval: %w", err)
 	}
 
-	store, err := sqlite.Open(cfg.Database, sqlite.Options{Logger: log})
+	store, storeReady, err := openStore(ctx, cfg.Database, log)
 	if err != nil {
 		return err
 	}
@@ -143,6 +142,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		RateLimit:      gate.RateLimitOptions{PerSecond: *cfg.RateLimit.PerSecond, Burst: cfg.RateLimit.Burst},
 		TrustedProxies: trusted,
 		Logger:         log,
+		Ready:          storeReady,
 	}
 	if cfg.Upstream != "" {
 		upstream, err := url.Parse(cfg.Upstream)
@@ -166,7 +166,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	}
 	addr := ln.Addr().String()
 	log.Info("anteroom: listening", "url", "http://"+addr+"/", "base_path", cfg.BasePath, "upstream", cfg.Upstream,
-		"database", cfg.Database, "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
+		"database", databaseForLog(cfg.Database), "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
 	if ready != nil {
 		ready(addr)
 	}
