@@ -24,6 +24,11 @@ type Options struct {
 	TouchInterval time.Duration
 	// UpdateChunk is the most rows one update transaction touches. Default 1000.
 	UpdateChunk int
+	// Ready, when set, tells whether memory follows the Store: a Store shared
+	// by several processes returns an error while it may have missed the
+	// others' commits. Validate then answers that error (wrapping
+	// ErrUnavailable) rather than read stale memory. Default: always ready.
+	Ready func() error
 }
 
 const (
@@ -40,6 +45,7 @@ type Waitlist struct {
 	pub    Publisher
 	log    *slog.Logger
 	chunk  int
+	ready  func() error
 	gates  map[string]*gateMemory
 	names  []string
 	closed atomic.Bool
@@ -80,6 +86,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		pub:   opts.Publisher,
 		log:   opts.Logger,
 		chunk: opts.UpdateChunk,
+		ready: opts.Ready,
 		gates: make(map[string]*gateMemory, len(gates)),
 	}
 	if w.clock == nil {
@@ -194,12 +201,16 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 }
 
 // ValidateSessionIsActive returns nil when the session exists and is active,
-// ErrNotActive when it is waiting or unknown, and ErrUnknownGate. It is read
+// ErrNotActive when it is waiting or unknown, ErrUnknownGate, and the error
+// of Options.Ready (ErrUnavailable) while memory may be stale. It is read
 // from memory only and does not allocate.
 func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 	g := w.gates[gate]
 	if g == nil {
 		return ErrUnknownGate
+	}
+	if err := w.following(); err != nil {
+		return err
 	}
 	g.mu.RLock()
 	_, ok := g.active[id]
@@ -217,6 +228,9 @@ func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
 	g := w.gates[gate]
 	if g == nil {
 		return ErrUnknownGate
+	}
+	if err := w.following(); err != nil {
+		return err
 	}
 	g.mu.RLock()
 	e, ok := g.active[id]
@@ -355,6 +369,20 @@ func (w *Waitlist) runFlusher(interval time.Duration) {
 			}
 		}
 	}
+}
+
+// following returns nil when memory follows the Store (Options.Ready).
+func (w *Waitlist) following() error {
+	if w.ready == nil {
+		return nil
+	}
+	if err := w.ready(); err != nil {
+		if CodeOf(err) != CodeUnavailable {
+			return Errorf(CodeUnavailable, "not following the store: %w", err)
+		}
+		return err
+	}
+	return nil
 }
 
 func (w *Waitlist) gate(name string) (*gateMemory, error) {

@@ -107,7 +107,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	})
 	defer hub.Close()
 
-	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{Publisher: hub, Logger: log})
+	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{Publisher: hub, Logger: log, Ready: storeReady})
 	if err != nil {
 		return err
 	}

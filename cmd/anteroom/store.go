@@ -27,8 +27,8 @@ func isPostgres(database string) bool {
 }
 
 // openStore opens the shared Postgres store for a postgres:// URL, else the
-// SQLite file. ready reports whether the store follows the other instances
-// (always nil for SQLite), for /readyz.
+// SQLite file. ready reports whether the store follows the other instances,
+// for /readyz and validate; it is nil for SQLite, which has no others.
 func openStore(ctx context.Context, database string, log *slog.Logger) (store appStore, ready func() error, err error) {
 	if isPostgres(database) {
 		pg, err := postgres.Open(ctx, strings.TrimSpace(database), postgres.Options{Logger: log})
@@ -41,7 +41,7 @@ func openStore(ctx context.Context, database string, log *slog.Logger) (store ap
 	if err != nil {
 		return nil, nil, err
 	}
-	return lite, func() error { return nil }, nil
+	return lite, nil, nil
 }
 
 // databaseForLog returns the database setting without a password.
