@@ -613,19 +613,19 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, n int64, now t
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
 	cands := make([]*entry, 0, len(fromDB))
+	for k, e := range b.rows { // the copies decide for the rows they hold
+		if k.gate == g.name && e.live && e.s.Status == session.StatusWaiting {
+			cands = append(cands, e)
+		}
+	}
 	for _, r := range fromDB {
 		k := key{g.name, r.ID}
 		if _, ok := b.rows[k]; ok {
-			continue // the copy decides, below
+			continue
 		}
 		e := &entry{s: r, live: true, dbPos: r.Position}
 		b.rows[k] = e
 		cands = append(cands, e)
-	}
-	for k, e := range b.rows {
-		if k.gate == g.name && e.live && e.s.Status == session.StatusWaiting && !containsEntry(cands, e) {
-			cands = append(cands, e)
-		}
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].s.Position < cands[j].s.Position })
 	if int64(len(fromDB)) == limit {
@@ -650,15 +650,6 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, n int64, now t
 		done++
 	}
 	return done, nil
-}
-
-func containsEntry(list []*entry, e *entry) bool {
-	for _, x := range list {
-		if x == e {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *Store) applyTouch(ctx context.Context, b *batch, o *op) error {
