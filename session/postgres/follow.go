@@ -59,14 +59,20 @@ func (s *Store) deliverLocal(ctx context.Context, c *pgx.Conn, lc localCommit) {
 			s.applied[g] = seq
 			continue
 		}
-		if a < seq-1 {
+		if a < seq-1 && !s.pending[g] {
 			s.catchUp(ctx, c, g, seq-1)
 		}
-		if s.applied[g] >= seq {
-			skip[g] = true // a resync read this commit already
+		if s.pending[g] || s.applied[g] >= seq {
+			// Pending: the listener is behind on g and the Store unready
+			// until the follower's resync, which includes this commit.
+			// Otherwise a resync read this commit already.
+			skip[g] = true
 			continue
 		}
 		s.applied[g] = seq
+	}
+	if len(s.pending) > 0 {
+		s.wake()
 	}
 	commit := lc.commit
 	if len(skip) > 0 {
@@ -140,15 +146,18 @@ func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64)
 }
 
 // resyncGate reads the gate's whole state in one snapshot and hands it to
-// the listener as a Resync. deliverMu is held. On failure the Store is
-// marked unready; the follower resyncs every gate when it listens again.
+// the listener as a Resync. deliverMu is held. On failure the gate is
+// pending and the Store unready until the follower resyncs it.
 func (s *Store) resyncGate(ctx context.Context, q querier, gate string) {
 	snap, seq, err := readSnapshot(ctx, q, gate)
 	if err != nil {
 		s.log.Error("anteroom: resync from the tables failed", "gate", gate, "err", err)
+		s.pending[gate] = true
 		s.setUnready(fmt.Errorf("resync of gate %q failed: %w", gate, err))
 		return
 	}
+	delete(s.pending, gate)
+	s.updateReady()
 	if seq <= s.applied[gate] {
 		return
 	}
@@ -198,7 +207,7 @@ func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.Exec(ctx, "LISTEN "+channel); err != nil {
+	if _, err := c.Exec(ctx, "LISTEN "+channel+"; LISTEN "+s.wakeChannel); err != nil {
 		_ = c.Close(context.Background())
 		return nil, err
 	}
@@ -216,6 +225,7 @@ func (s *Store) followLoop(ctx context.Context, c *pgx.Conn) {
 		if ctx.Err() != nil {
 			return
 		}
+		s.listening.Store(false)
 		s.setUnready(fmt.Errorf("lost the listening connection: %w", err))
 		s.log.Warn("anteroom: not following the other instances; reconnecting", "err", err)
 		for {
@@ -228,11 +238,10 @@ func (s *Store) followLoop(ctx context.Context, c *pgx.Conn) {
 				break
 			}
 		}
-		if !s.resyncAll(ctx, c) {
-			continue // the connection failed again; followConn sees it
-		}
-		s.ready.Store(true)
-		s.log.Info("anteroom: following the other instances again")
+		s.listening.Store(true)
+		if s.resyncAll(ctx, c) {
+			s.log.Info("anteroom: following the other instances again")
+		} // else the connection failed again, which followConn sees
 	}
 }
 
@@ -248,6 +257,7 @@ func (s *Store) resyncAll(ctx context.Context, c *pgx.Conn) bool {
 			s.setUnready(fmt.Errorf("resync of gate %q failed: %w", g, err))
 			return false
 		}
+		delete(s.pending, g)
 		if seq > s.applied[g] {
 			s.applied[g] = seq
 			s.resyncs.Add(1)
@@ -257,7 +267,26 @@ func (s *Store) resyncAll(ctx context.Context, c *pgx.Conn) bool {
 			})
 		}
 	}
+	s.updateReady()
 	return true
+}
+
+// updateReady marks the Store ready when it listens and no gate awaits a
+// resync. deliverMu is held.
+func (s *Store) updateReady() {
+	if s.listening.Load() && len(s.pending) == 0 {
+		s.ready.Store(true)
+	}
+}
+
+// wake asks the follower to retry the pending resyncs: a notification on
+// this instance's own channel.
+func (s *Store) wake() {
+	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, '')", s.wakeChannel); err != nil {
+		s.log.Warn("anteroom: waking the follower failed", "err", err)
+	}
 }
 
 func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
@@ -266,6 +295,14 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 		if err != nil {
 			return err
 		}
+		if n.Channel == s.wakeChannel {
+			s.deliverMu.Lock()
+			for _, g := range sortedKeys(s.pending) {
+				s.resyncGate(ctx, c, g)
+			}
+			s.deliverMu.Unlock()
+			continue
+		}
 		seqText, gate, ok := strings.Cut(n.Payload, " ")
 		seq, err := strconv.ParseInt(seqText, 10, 64)
 		if !ok || err != nil || !session.ValidGateName(gate) {
@@ -273,7 +310,9 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 			continue
 		}
 		s.deliverMu.Lock()
-		if a, known := s.applied[gate]; known && seq > a {
+		if a, known := s.applied[gate]; known && s.pending[gate] {
+			s.resyncGate(ctx, c, gate)
+		} else if known && seq > a {
 			s.catchUp(ctx, c, gate, seq)
 		}
 		s.deliverMu.Unlock()

@@ -43,6 +43,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -111,6 +113,14 @@ type Store struct {
 	// seen so far (loaded or written by this instance).
 	deliverMu sync.Mutex
 	applied   map[string]int64
+	// pending are the gates whose resync failed: the listener may be
+	// behind on them, and the Store is not ready until they are resynced.
+	pending map[string]bool
+
+	// listening: the follower's connection is up and was resynced;
+	// wakeChannel is this instance's own channel, to wake the follower.
+	listening   atomic.Bool
+	wakeChannel string
 
 	ready     atomic.Bool
 	readyErr  atomic.Pointer[error]
@@ -173,11 +183,15 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		retention: opts.OutboxRetention,
 		reconnect: opts.ReconnectDelay,
 		applied:   make(map[string]int64),
+		pending:   make(map[string]bool),
 		ops:       make(chan *op, opts.QueueLen),
 		done:      make(chan struct{}),
 		followed:  make(chan struct{}),
 		lb:        make(map[string]int64),
 	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	s.wakeChannel = "anteroom_wake_" + hex.EncodeToString(nonce[:])
 	s.setUnready(errors.New("not listening yet"))
 	s.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -193,6 +207,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		s.pool.Close()
 		return nil, unavailable("open: listen", err)
 	}
+	s.listening.Store(true)
 	s.ready.Store(true)
 	fctx, cancel := context.WithCancel(context.Background())
 	s.follow = cancel
