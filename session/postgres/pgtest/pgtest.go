@@ -198,7 +198,7 @@ func (s *Server) CreateDatabase(ctx context.Context) (name, url string, err erro
 		return "", "", fmt.Errorf("pgtest: %w", err)
 	}
 	defer c.Close(context.Background())
-	if _, err := c.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 STRATEGY WAL_LOG"); err != nil {
+	if _, err := c.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0 STRATEGY FILE_COPY"); err != nil {
 		return "", "", fmt.Errorf("pgtest: create database: %w", err)
 	}
 	return name, s.URL(name), nil
