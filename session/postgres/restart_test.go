@@ -139,17 +139,30 @@ func TestServerRestartUnderLoad(t *testing.T) {
 
 	// Both memories equal the tables, and nobody was admitted twice.
 	for i, in := range ins {
-		require.Eventually(t, func() bool {
+		// The same counts may have been seen before the last commit: wait
+		// until the whole memory matches, then say what differs.
+		matches := func(report bool) bool {
+			ok := true
 			g, _ := in.wl.Global(multiGate)
-			return g.Active == act && g.Waiting == wait
-		}, 10*time.Second, 10*time.Millisecond, "instance %d's view", i)
-		for id, r := range stored {
-			err := in.wl.ValidateSessionIsActive(multiGate, id)
-			if r.Status == session.StatusActive {
-				assert.NoError(t, err, "instance %d: %s", i, id)
-			} else {
-				assert.True(t, errors.Is(err, session.ErrNotActive), "instance %d: %s: %v", i, id, err)
+			if g.Active != act || g.Waiting != wait {
+				ok = false
+				if report {
+					t.Errorf("instance %d's view: active %d waiting %d, want %d %d", i, g.Active, g.Waiting, act, wait)
+				}
 			}
+			for id, r := range stored {
+				err := in.wl.ValidateSessionIsActive(multiGate, id)
+				if (r.Status == session.StatusActive) != (err == nil) || (err != nil && !errors.Is(err, session.ErrNotActive)) {
+					ok = false
+					if report {
+						t.Errorf("instance %d: %s (%s): validate says %v", i, id, r.Status, err)
+					}
+				}
+			}
+			return ok
+		}
+		if !assert.Eventually(t, func() bool { return matches(false) }, 10*time.Second, 10*time.Millisecond, "instance %d's memory equals the tables", i) {
+			matches(true)
 		}
 		in.pub.mu.Lock()
 		for id, times := range in.pub.promoted {
