@@ -437,7 +437,7 @@ func encodeSession(v *session.SessionView) []byte {
 func (h *Hub) encodeLatest(g *gate) *frame {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.hasLatest || (g.sentFrame != nil && g.latest == g.sentView) {
+	if !g.hasLatest || (g.sentFrame != nil && g.latest.Equal(g.sentView)) {
 		return nil
 	}
 	f := newFrame(encodeGlobal(g.latest))
@@ -517,7 +517,7 @@ func (h *Hub) register(sub Subscription, l link, c *websocket.Conn, out *sockOut
 	var f *frame
 	g.mu.Lock()
 	switch {
-	case g.hasLatest && g.sentFrame != nil && g.latest == g.sentView:
+	case g.hasLatest && g.sentFrame != nil && g.latest.Equal(g.sentView):
 		f = g.sentFrame
 	case g.hasLatest:
 		f = newFrame(encodeGlobal(g.latest))

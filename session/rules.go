@@ -39,29 +39,23 @@ func (c Counters) Add(d Counters) Counters {
 	}
 }
 
-// DecideJoin decides join(session): a returning waiter's departure mark is
-// cleared; an active session is refreshed; a new session takes the next
-// position and is active only when a slot is free and nobody is waiting (no
-// queue jumping), else it waits. existing is nil when the session has no row.
+// DecideJoin decides join(session), which is a sign of life: a waiter's
+// last sign of life becomes now (it keeps its place); an active session is
+// refreshed and, when promoted and unclaimed, claims its slot; a new session
+// takes the next position and is active only when a slot is free and nobody
+// is waiting (no queue jumping), else it waits. existing is nil when the
+// session has no row.
 func DecideJoin(cfg GateConfig, c Counters, existing *Session, id string, now time.Time) Outcome {
 	if existing != nil {
 		s := *existing
-		switch s.Status {
-		case StatusWaiting:
-			if s.LastActive.IsZero() {
-				return Outcome{Action: ActionNone, Session: s}
-			}
-			s.LastActive = time.Time{}
-		case StatusActive:
-			s.LastActive = now
-		}
+		s.LastActive = now
+		s.ClaimDeadline = time.Time{}
 		return Outcome{Action: ActionUpdate, Session: s}
 	}
-	s := Session{Gate: cfg.Name, ID: id, Position: c.NextPosition, CreatedAt: now}
+	s := Session{Gate: cfg.Name, ID: id, Position: c.NextPosition, CreatedAt: now, LastActive: now}
 	delta := Counters{NextPosition: 1}
 	if c.Active < cfg.ActiveLimit && c.Waiting == 0 {
 		s.Status = StatusActive
-		s.LastActive = now
 		delta.Active = 1
 	} else {
 		s.Status = StatusWaiting
@@ -70,10 +64,10 @@ func DecideJoin(cfg GateConfig, c Counters, existing *Session, id string, now ti
 	return Outcome{Action: ActionInsert, Session: s, Delta: delta}
 }
 
-// DecideLeave decides leave(session): a waiting session gets its departure
-// mark (LastActive = now) and is purged after the waiting timeout unless it
-// joins again; an active session is only refreshed. An absent session is left
-// alone, so leave is idempotent.
+// DecideLeave decides leave(session), a departure: the session's last sign
+// of life becomes now, so a waiter is purged WaitingTimeout later unless it
+// shows another; an active session is only refreshed (leaving does not claim
+// a promoted slot). An absent session is left alone, so leave is idempotent.
 func DecideLeave(existing *Session, now time.Time) Outcome {
 	if existing == nil {
 		return Outcome{Action: ActionNone}
@@ -100,12 +94,55 @@ func DecideRelease(cfg GateConfig, c Counters, existing *Session) Outcome {
 	return o
 }
 
-// Promote decides the promotion of one waiting session to active.
-func Promote(waiting Session, now time.Time) Outcome {
+// Promote decides the promotion of one waiting session to active. With a
+// claim timeout the promoted session is unclaimed until its first sign of
+// life, and is purged at its ClaimDeadline without one.
+func Promote(cfg GateConfig, waiting Session, now time.Time) Outcome {
 	s := waiting
 	s.Status = StatusActive
 	s.LastActive = now
+	s.ClaimDeadline = time.Time{}
+	if cfg.ClaimTimeout > 0 {
+		s.ClaimDeadline = now.Add(cfg.ClaimTimeout)
+	}
 	return Outcome{Action: ActionUpdate, Session: s, Delta: Counters{Active: 1, Waiting: -1}}
+}
+
+// DecideTouch decides a coalesced sign of life t for a stored session: its
+// LastActive moves forward to t's (never back), and t.Claim claims a
+// promoted slot. An absent session is left alone.
+func DecideTouch(existing *Session, t Touch) Outcome {
+	if existing == nil {
+		return Outcome{Action: ActionNone}
+	}
+	s := *existing
+	changed := false
+	if t.LastActive.After(s.LastActive) {
+		s.LastActive = t.LastActive
+		changed = true
+	}
+	if t.Claim && !s.ClaimDeadline.IsZero() && s.Status == StatusActive {
+		s.ClaimDeadline = time.Time{}
+		changed = true
+	}
+	if !changed {
+		return Outcome{Action: ActionNone, Session: s}
+	}
+	return Outcome{Action: ActionUpdate, Session: s}
+}
+
+// DecidePurge decides the deletion of a stale session (see StaleReason):
+// the row goes, and its counter with it. It does not promote: a purge
+// frees slots, and the caller promotes PromotionCount waiters once its
+// purges are done.
+func DecidePurge(s Session) Outcome {
+	o := Outcome{Action: ActionDelete, Session: s}
+	if s.Status == StatusActive {
+		o.Delta.Active = -1
+	} else {
+		o.Delta.Waiting = -1
+	}
+	return o
 }
 
 // PromotionCount is how many waiters to promote given the counters: as many
@@ -117,23 +154,69 @@ func PromotionCount(limit int64, c Counters) int64 {
 	return max(n, 0)
 }
 
-// StaleCutoffs returns the instants before which a session's LastActive makes
-// it stale: a waiting session that left before waitingCutoff, or an active
-// session last seen before activeCutoff. A session exactly at the cutoff is
-// not stale yet.
+// PurgeReason says why update() purges a session.
+type PurgeReason uint8
+
+// The reasons a session is stale.
+const (
+	NotStale  PurgeReason = iota
+	Gone                  // a waiter with no sign of life for WaitingTimeout
+	Idle                  // an active session not seen for ActiveTimeout
+	Unclaimed             // a promoted session that did not claim its slot by its ClaimDeadline
+)
+
+// String names the reason as metrics and history do.
+func (r PurgeReason) String() string {
+	switch r {
+	case Gone:
+		return "gone"
+	case Idle:
+		return "idle"
+	case Unclaimed:
+		return "unclaimed"
+	}
+	return "not_stale"
+}
+
+// StaleCutoffs returns the instants before which a session's last sign of
+// life makes it stale: a waiting session last seen before waitingCutoff, or
+// an active session last seen before activeCutoff. A session exactly at the
+// cutoff is not stale yet. An unclaimed session is also stale once now is
+// past its ClaimDeadline. A Store that selects stale rows in its own query
+// language derives the bounds from here and must select exactly the rows
+// StaleReason names.
 func StaleCutoffs(cfg GateConfig, now time.Time) (waitingCutoff, activeCutoff time.Time) {
 	return now.Add(-cfg.WaitingTimeout), now.Add(-cfg.ActiveTimeout)
 }
 
-// IsStale reports whether update() at now purges s. A waiting session that
-// has not left (LastActive zero) is never stale.
-func IsStale(cfg GateConfig, s Session, now time.Time) bool {
+// SeenAt is the session's last sign of life for the staleness rule:
+// LastActive, or CreatedAt for a row written before presence existed.
+func (s Session) SeenAt() time.Time {
 	if s.LastActive.IsZero() {
-		return false
+		return s.CreatedAt
 	}
+	return s.LastActive
+}
+
+// StaleReason says whether, and why, update() at now purges s.
+func StaleReason(cfg GateConfig, s Session, now time.Time) PurgeReason {
 	waitingCutoff, activeCutoff := StaleCutoffs(cfg, now)
 	if s.Status == StatusActive {
-		return s.LastActive.Before(activeCutoff)
+		if !s.ClaimDeadline.IsZero() && now.After(s.ClaimDeadline) {
+			return Unclaimed
+		}
+		if s.SeenAt().Before(activeCutoff) {
+			return Idle
+		}
+		return NotStale
 	}
-	return s.LastActive.Before(waitingCutoff)
+	if s.SeenAt().Before(waitingCutoff) {
+		return Gone
+	}
+	return NotStale
+}
+
+// IsStale reports whether update() at now purges s.
+func IsStale(cfg GateConfig, s Session, now time.Time) bool {
+	return StaleReason(cfg, s, now) != NotStale
 }

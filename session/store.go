@@ -40,9 +40,15 @@ type Store interface {
 	// Get returns the stored session, or ErrNotFound.
 	Get(ctx context.Context, gate, id string) (Session, error)
 
-	// Touch persists LastActive for the given active sessions of a gate.
-	// Sessions that no longer exist or are not active are skipped.
+	// Touch runs DecideTouch for each given session of a gate, waiting or
+	// active. Sessions that no longer exist are skipped.
 	Touch(ctx context.Context, gate string, touches []Touch) error
+
+	// Purge deletes those of the named sessions that StaleReason calls stale
+	// at now (others are left alone, absent ones skipped), then promotes
+	// PromotionCount waiters into the freed slots, in one transaction. It is
+	// how an unclaimed slot passes on at once, without a whole update.
+	Purge(ctx context.Context, cfg GateConfig, ids []string, now time.Time) (UpdateReport, error)
 
 	// Update is the cron tick for one gate at now: delete stale waiting
 	// sessions, delete stale active sessions, then promote waiters in position
@@ -58,12 +64,16 @@ type Store interface {
 type GateSnapshot struct {
 	State  GateState
 	Active []Session
+	// Waiting holds the positions of the waiting sessions, ascending.
+	Waiting []int64
 }
 
-// Touch is one coalesced LastActive refresh.
+// Touch is one coalesced sign of life (see DecideTouch).
 type Touch struct {
 	ID         string
 	LastActive time.Time
+	// Claim claims the slot of a promoted, unclaimed session.
+	Claim bool
 }
 
 // UpdateReport says what one update of one gate did.
@@ -79,13 +89,16 @@ type UpdateReport struct {
 // EventKind names what happened to an active session in a commit.
 type EventKind uint8
 
-// The events a Commit reports. Only changes to the active set are reported;
-// waiting sessions are not kept in memory.
+// The events a Commit reports: every change to the active set, and every
+// session that enters or leaves the line (the service keeps the waiting
+// positions in memory to count exact places).
 const (
 	EventActivated   EventKind = iota + 1 // a new session joined as active
-	EventPromoted                         // a waiting session became active
-	EventRefreshed                        // an active session's LastActive was written (join or leave of an active session)
+	EventPromoted                         // a waiting session became active (it left the line)
+	EventRefreshed                        // an active session's row was rewritten (a refresh, a claim)
 	EventDeactivated                      // an active session was released or purged
+	EventQueued                           // a new session joined the line as waiting
+	EventDequeued                         // a waiting session was released or purged (it left the line)
 )
 
 // Event is one change to a gate's active set.

@@ -24,11 +24,17 @@ type Options struct {
 	TouchInterval time.Duration
 	// UpdateChunk is the most rows one update transaction touches. Default 1000.
 	UpdateChunk int
+	// SweepInterval is how often unclaimed promotions past their deadline
+	// and sessions disconnected past their grace are looked for (Sweep).
+	// Default 250ms; negative disables the background sweeper (tests call
+	// Sweep themselves).
+	SweepInterval time.Duration
 }
 
 const (
 	defaultTouchInterval = 5 * time.Second
 	defaultUpdateChunk   = 1000
+	defaultSweepInterval = 250 * time.Millisecond
 )
 
 // Waitlist is the service: the operations of the model over a Store, with
@@ -47,14 +53,19 @@ type Waitlist struct {
 	updateMu    sync.Mutex
 	stopFlusher chan struct{}
 	flusherDone chan struct{}
+	sweeperDone chan struct{}
 	closeOnce   sync.Once
 }
 
 // gateMemory is what the service keeps in memory of one gate.
 type gateMemory struct {
-	cfg      GateConfig
-	mu       sync.RWMutex
-	active   map[string]*activeEntry
+	cfg    GateConfig
+	mu     sync.RWMutex
+	active map[string]*activeEntry
+	// line holds the waiting positions, for exact places; present the
+	// sessions with open sockets or signs of life not yet persisted.
+	line     lineIndex
+	present  map[string]*presence
 	view     atomic.Pointer[GlobalView]
 	admitted rateWindow
 }
@@ -63,6 +74,21 @@ type activeEntry struct {
 	position   int64
 	lastActive atomic.Int64 // unix nanoseconds, exact
 	persisted  atomic.Int64 // unix nanoseconds, as the store has it
+	// claimDeadline is the unclaimed session's deadline (unix nanoseconds),
+	// 0 once claimed; claimPending marks a claim not yet persisted.
+	claimDeadline atomic.Int64
+	claimPending  atomic.Bool
+	// disconnectedAt is when the session's last socket closed, 0 while one
+	// is open or when it never had one.
+	disconnectedAt atomic.Int64
+}
+
+// presence is what the service knows of a session's signs of life beyond
+// its row: its open sockets and, for a waiter, when it was last seen.
+type presence struct {
+	sockets   int32
+	lastSeen  int64 // unix nanoseconds
+	persisted int64 // unix nanoseconds of the last sign of life persisted by a Touch
 }
 
 // New loads the state of the given gates from store and returns the service
@@ -98,7 +124,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		if _, dup := w.gates[cfg.Name]; dup {
 			return nil, Errorf(CodeInvalidArgument, "gate %q configured twice", cfg.Name)
 		}
-		w.gates[cfg.Name] = &gateMemory{cfg: cfg, active: make(map[string]*activeEntry)}
+		w.gates[cfg.Name] = &gateMemory{cfg: cfg, active: make(map[string]*activeEntry), present: make(map[string]*presence)}
 		w.names = append(w.names, cfg.Name)
 	}
 	sort.Strings(w.names)
@@ -115,8 +141,12 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 			e := &activeEntry{position: s.Position}
 			e.lastActive.Store(s.LastActive.UnixNano())
 			e.persisted.Store(s.LastActive.UnixNano())
+			if !s.ClaimDeadline.IsZero() {
+				e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+			}
 			g.active[s.ID] = e
 		}
+		g.line.reset(snap.Waiting)
 		g.mu.Unlock()
 		v := g.globalView(snap.State, w.clock.Now())
 		g.view.Store(&v)
@@ -128,10 +158,20 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 	}
 	w.stopFlusher = make(chan struct{})
 	w.flusherDone = make(chan struct{})
+	w.sweeperDone = make(chan struct{})
 	if interval > 0 {
 		go w.runFlusher(interval)
 	} else {
 		close(w.flusherDone)
+	}
+	sweep := opts.SweepInterval
+	if sweep == 0 {
+		sweep = defaultSweepInterval
+	}
+	if sweep > 0 {
+		go w.runSweeper(sweep)
+	} else {
+		close(w.sweeperDone)
 	}
 	return w, nil
 }
@@ -224,12 +264,21 @@ func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
 	if !ok {
 		return ErrNotActive
 	}
-	now := w.clock.Now().UnixNano()
+	signActive(e, w.clock.Now().UnixNano())
+	return nil
+}
+
+// signActive records a sign of life of an active session at now: its
+// LastActive moves forward, and an unclaimed slot is claimed.
+func signActive(e *activeEntry, now int64) {
 	for {
 		old := e.lastActive.Load()
 		if old >= now || e.lastActive.CompareAndSwap(old, now) {
-			return nil
+			break
 		}
+	}
+	if e.claimDeadline.Load() != 0 && e.claimDeadline.Swap(0) != 0 {
+		e.claimPending.Store(true)
 	}
 }
 
@@ -244,10 +293,13 @@ func (w *Waitlist) Status(ctx context.Context, gate, id string) (SessionView, er
 	if err := checkID(id); err != nil {
 		return SessionView{}, err
 	}
+	now := w.clock.Now()
 	g.mu.RLock()
 	e, ok := g.active[id]
 	g.mu.RUnlock()
 	if ok {
+		// A request naming the session is a sign of life.
+		signActive(e, now.UnixNano())
 		return SessionView{GlobalView: *g.view.Load(), Session: id, Status: StatusActive, Position: e.position}, nil
 	}
 	if w.closed.Load() {
@@ -257,7 +309,127 @@ func (w *Waitlist) Status(ctx context.Context, gate, id string) (SessionView, er
 	if err != nil {
 		return SessionView{}, err
 	}
+	if s.Status == StatusWaiting {
+		g.seen(id, now.UnixNano())
+	}
 	return g.sessionView(s), nil
+}
+
+// Connect records an open socket of the session, a sign of life for as long
+// as it stays open (an unclaimed promotion is claimed at once), and returns
+// the function to call when it closes; the close of its last socket is a
+// departure (see GateConfig.ReleaseOnDisconnect). The session need not
+// exist. It returns ErrUnknownGate, or ErrInvalidArgument for a malformed
+// id.
+func (w *Waitlist) Connect(gate, id string) (disconnect func(), err error) {
+	g, err := w.gate(gate)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	now := w.clock.Now().UnixNano()
+	g.mu.Lock()
+	p := g.presenceOf(id)
+	p.sockets++
+	p.lastSeen = max(p.lastSeen, now)
+	e := g.active[id]
+	g.mu.Unlock()
+	if e != nil {
+		signActive(e, now)
+		e.disconnectedAt.Store(0)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { w.disconnect(g, id) }) }, nil
+}
+
+func (w *Waitlist) disconnect(g *gateMemory, id string) {
+	now := w.clock.Now().UnixNano()
+	g.mu.Lock()
+	p := g.presenceOf(id)
+	p.sockets--
+	p.lastSeen = max(p.lastSeen, now)
+	last := p.sockets <= 0
+	e := g.active[id]
+	g.mu.Unlock()
+	if e != nil && last {
+		signActive(e, now)
+		e.disconnectedAt.Store(now)
+	}
+}
+
+// seen records a sign of life of a waiter at now, persisted by the next
+// flush.
+func (g *gateMemory) seen(id string, now int64) {
+	g.mu.Lock()
+	p := g.presenceOf(id)
+	p.lastSeen = max(p.lastSeen, now)
+	g.mu.Unlock()
+}
+
+// presenceOf returns the session's presence entry, creating it. g.mu must be
+// held for writing.
+func (g *gateMemory) presenceOf(id string) *presence {
+	p := g.present[id]
+	if p == nil {
+		p = &presence{}
+		g.present[id] = p
+	}
+	return p
+}
+
+// Sweep passes on at once the slots of promoted sessions that did not claim
+// them by their deadline (Store.Purge), and releases the active sessions
+// whose last socket closed longer than their gate's ReleaseOnDisconnect ago
+// without a sign of life since. The background sweeper calls it every
+// Options.SweepInterval. It returns the first Store error, or
+// ErrUnavailable after Close.
+func (w *Waitlist) Sweep(ctx context.Context) error {
+	if w.closed.Load() {
+		return ErrUnavailable
+	}
+	var firstErr error
+	for _, name := range w.names {
+		g := w.gates[name]
+		now := w.clock.Now()
+		nowN := now.UnixNano()
+		grace := int64(g.cfg.ReleaseOnDisconnect)
+		var unclaimed, gone []string
+		g.mu.RLock()
+		for id, e := range g.active {
+			if d := e.claimDeadline.Load(); d != 0 {
+				if nowN > d {
+					unclaimed = append(unclaimed, id)
+				}
+				continue
+			}
+			if grace <= 0 {
+				continue
+			}
+			dc := e.disconnectedAt.Load()
+			if dc == 0 || nowN-dc < grace || e.lastActive.Load() > dc {
+				continue
+			}
+			if p := g.present[id]; p != nil && p.sockets > 0 {
+				continue
+			}
+			gone = append(gone, id)
+		}
+		g.mu.RUnlock()
+		if len(unclaimed) > 0 {
+			sort.Strings(unclaimed)
+			if _, err := w.store.Purge(ctx, g.cfg, unclaimed, now); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+		for _, id := range gone {
+			if _, err := w.store.Release(ctx, g.cfg, id, now); err != nil && !errors.Is(err, ErrNotFound) && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return firstErr
 }
 
 // Global returns the gate's global view from memory, or ErrUnknownGate.
@@ -297,21 +469,58 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 	return reports, nil
 }
 
-// FlushTouches persists every LastActive refreshed in memory since it was
-// last persisted. It returns the Store's error, or ErrUnavailable.
+// FlushTouches persists the signs of life seen in memory since they were
+// last persisted: every refreshed LastActive and claim of an active
+// session, and a waiter's last sign of life when it has moved on by a
+// quarter of the waiting timeout or when its last socket closed. Open
+// sockets count as a sign of life now. It returns the Store's error, or
+// ErrUnavailable.
 func (w *Waitlist) FlushTouches(ctx context.Context) error {
+	now := w.clock.Now().UnixNano()
 	for _, name := range w.names {
 		g := w.gates[name]
 		var touches []Touch
 		var entries []*activeEntry
-		g.mu.RLock()
+		var waiters []*presence
+		activeEvery := int64(g.cfg.ActiveTimeout / 8)
+		waitingEvery := int64(g.cfg.WaitingTimeout / 4)
+		g.mu.Lock()
+		for id, p := range g.present {
+			if p.sockets > 0 {
+				p.lastSeen = max(p.lastSeen, now)
+				if e := g.active[id]; e != nil && now-e.lastActive.Load() >= activeEvery {
+					signActive(e, now)
+				}
+			}
+		}
 		for id, e := range g.active {
-			if la := e.lastActive.Load(); la != e.persisted.Load() {
-				touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, la)})
+			la := e.lastActive.Load()
+			claim := e.claimPending.Load()
+			if la != e.persisted.Load() || claim {
+				touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, la), Claim: claim})
 				entries = append(entries, e)
 			}
 		}
-		g.mu.RUnlock()
+		for id, p := range g.present {
+			if g.active[id] != nil {
+				if p.sockets <= 0 {
+					delete(g.present, id)
+				}
+				continue
+			}
+			if p.lastSeen <= p.persisted {
+				if p.sockets <= 0 {
+					delete(g.present, id)
+				}
+				continue
+			}
+			if p.sockets > 0 && p.lastSeen-p.persisted < waitingEvery {
+				continue
+			}
+			touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, p.lastSeen)})
+			waiters = append(waiters, p)
+		}
+		g.mu.Unlock()
 		if len(touches) == 0 {
 			continue
 		}
@@ -320,7 +529,15 @@ func (w *Waitlist) FlushTouches(ctx context.Context) error {
 		}
 		for i, e := range entries {
 			e.persisted.Store(touches[i].LastActive.UnixNano())
+			if touches[i].Claim {
+				e.claimPending.Store(false)
+			}
 		}
+		g.mu.Lock()
+		for i, p := range waiters {
+			p.persisted = max(p.persisted, touches[len(entries)+i].LastActive.UnixNano())
+		}
+		g.mu.Unlock()
 	}
 	return nil
 }
@@ -333,6 +550,7 @@ func (w *Waitlist) Close() error {
 	w.closeOnce.Do(func() {
 		close(w.stopFlusher)
 		<-w.flusherDone
+		<-w.sweeperDone
 		w.updateMu.Lock()
 		err = w.FlushTouches(context.Background())
 		w.closed.Store(true)
@@ -352,6 +570,22 @@ func (w *Waitlist) runFlusher(interval time.Duration) {
 		case <-t.C:
 			if err := w.FlushTouches(context.Background()); err != nil {
 				w.log.Warn("anteroom: persisting last-active refreshes failed", "err", err)
+			}
+		}
+	}
+}
+
+func (w *Waitlist) runSweeper(interval time.Duration) {
+	defer close(w.sweeperDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stopFlusher:
+			return
+		case <-t.C:
+			if err := w.Sweep(context.Background()); err != nil && !errors.Is(err, ErrUnavailable) {
+				w.log.Warn("anteroom: passing on unclaimed or disconnected slots failed", "err", err)
 			}
 		}
 	}
@@ -402,6 +636,18 @@ func (w *Waitlist) onCommit(c Commit) {
 				e.lastActive.Store(la)
 			}
 			e.persisted.Store(la)
+			if s.ClaimDeadline.IsZero() {
+				e.claimDeadline.Store(0)
+			} else if ev.Kind == EventPromoted {
+				e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+			}
+			if ev.Kind == EventPromoted {
+				g.line.remove(s.Position)
+				if p := g.present[s.ID]; p != nil && p.sockets > 0 {
+					// An open socket claims at once.
+					signActive(e, max(la, p.lastSeen))
+				}
+			}
 			g.mu.Unlock()
 			if ev.Kind == EventPromoted {
 				g.admitted.add(s.LastActive, 1)
@@ -410,6 +656,14 @@ func (w *Waitlist) onCommit(c Commit) {
 		case EventDeactivated:
 			g.mu.Lock()
 			delete(g.active, s.ID)
+			g.mu.Unlock()
+		case EventQueued:
+			g.mu.Lock()
+			g.line.add(s.Position)
+			g.mu.Unlock()
+		case EventDequeued:
+			g.mu.Lock()
+			g.line.remove(s.Position)
 			g.mu.Unlock()
 		}
 	}
@@ -435,6 +689,9 @@ func (w *Waitlist) onCommit(c Commit) {
 }
 
 func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
+	g.mu.RLock()
+	buckets := g.line.buckets()
+	g.mu.RUnlock()
 	return GlobalView{
 		Gate:                 g.cfg.Name,
 		FirstWaitingPosition: st.FirstWaitingPosition,
@@ -443,11 +700,32 @@ func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
 		Active:               st.Active,
 		Limit:                g.cfg.ActiveLimit,
 		AdmittedPerMinute:    g.admitted.perMinute(now),
+		Buckets:              buckets,
 	}
 }
 
 func (g *gateMemory) sessionView(s Session) SessionView {
-	return SessionView{GlobalView: *g.view.Load(), Session: s.ID, Status: s.Status, Position: s.Position}
+	v := SessionView{GlobalView: *g.view.Load(), Session: s.ID, Status: s.Status, Position: s.Position}
+	switch s.Status {
+	case StatusWaiting:
+		g.mu.RLock()
+		v.Place = g.line.ahead(s.Position) + 1
+		g.mu.RUnlock()
+	case StatusActive:
+		d := s.ClaimDeadline
+		g.mu.RLock()
+		if e := g.active[s.ID]; e != nil {
+			d = time.Time{}
+			if n := e.claimDeadline.Load(); n != 0 {
+				d = time.Unix(0, n).UTC()
+			}
+		}
+		g.mu.RUnlock()
+		if !d.IsZero() {
+			v.ClaimDeadline = &d
+		}
+	}
+	return v
 }
 
 // rateWindow counts events in ten-second buckets over the last five minutes.

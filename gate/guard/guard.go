@@ -158,8 +158,8 @@ func cookieValue(h http.Header, name string) string {
 // seconds. It never fails.
 func RetryAfter(v session.SessionView) time.Duration {
 	seconds := 5.0
-	if inLine := v.LastWaitingPosition - v.FirstWaitingPosition + 1; v.AdmittedPerMinute > 0 && inLine > 0 {
-		ahead := float64(v.Place()) * float64(v.Waiting) / float64(inLine)
+	if place := v.Place; v.AdmittedPerMinute > 0 && place > 0 {
+		ahead := float64(place)
 		seconds = ahead / v.AdmittedPerMinute * 60 / 4 // ask a few times before the turn comes
 	}
 	seconds = min(max(seconds, 2), 30)

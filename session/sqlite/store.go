@@ -485,11 +485,12 @@ func (s *Store) sessionOp(ctx context.Context, kind opKind, cfg session.GateConf
 	return sess, err
 }
 
-// Touch persists LastActive for the given active sessions of gate, in
+// Touch runs session.DecideTouch for the given sessions of gate, in
 // transactions of at most Options.UpdateChunk sessions (so that the joins
 // queued meanwhile wait for one of them at most). Sessions that do not exist
-// or are waiting are skipped. It reports nothing to the commit listener. On
-// error, the transactions before the failed one are committed.
+// are skipped. It reports claims to the commit listener (as refreshes),
+// nothing else. On error, the transactions before the failed one are
+// committed.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name,
 // session.ErrUnavailable after Close, the context's error when it is done
@@ -542,6 +543,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		chunk:         chunk,
 		waitingCutoff: waitingCutoff.UnixNano(),
 		activeCutoff:  activeCutoff.UnixNano(),
+		now:           now.UnixNano(),
 	}
 	for !step.finished {
 		o := newOp(ctx, opUpdate)
@@ -559,6 +561,44 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		rep.PurgedWaiting += step.purgedWaiting
 		rep.PurgedActive += step.purgedActive
 		rep.Promoted += step.promoted
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// Purge deletes those of ids that session.StaleReason calls stale at now,
+// then promotes session.PromotionCount waiters into the freed slots, in one
+// transaction (ids beyond Options.UpdateChunk go in further ones). Absent
+// sessions are skipped.
+//
+// Errors: those of Join.
+func (s *Store) Purge(ctx context.Context, cfg session.GateConfig, ids []string, now time.Time) (session.UpdateReport, error) {
+	start := time.Now()
+	rep := session.UpdateReport{Gate: cfg.Name}
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	for _, id := range ids {
+		if !session.ValidID(id) {
+			return rep, session.Errorf(session.CodeInvalidArgument, "sqlite: purge: invalid session id %q", id)
+		}
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), s.updateChunk)
+		o := newOp(ctx, opPurge)
+		o.cfg, o.now, o.ids = cfg, now, ids[:n]
+		err := s.do(o)
+		step := o.upd
+		putOp(o)
+		if err != nil {
+			rep.Duration = time.Since(start)
+			return rep, err
+		}
+		rep.Transactions++
+		rep.PurgedWaiting += step.purgedWaiting
+		rep.PurgedActive += step.purgedActive
+		rep.Promoted += step.promoted
+		ids = ids[n:]
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
@@ -624,7 +664,7 @@ func (s *Store) Rows(ctx context.Context, gate string) ([]session.Session, error
 	var out []session.Session
 	for rows.Next() {
 		var r rawRow
-		if err := rows.Scan(&r.id, &r.position, &r.status, &r.lastActive, &r.createdAt); err != nil {
+		if err := rows.Scan(&r.id, &r.position, &r.status, &r.lastActive, &r.createdAt, &r.claim); err != nil {
 			return nil, s.readErr("rows", err)
 		}
 		out = append(out, r.session(gate))

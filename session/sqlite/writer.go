@@ -22,6 +22,7 @@ const (
 	opUpdate
 	opLoad
 	opSecret
+	opPurge
 )
 
 func (k opKind) String() string {
@@ -40,6 +41,8 @@ func (k opKind) String() string {
 		return "load"
 	case opSecret:
 		return "secret"
+	case opPurge:
+		return "purge"
 	}
 	return "op"
 }
@@ -53,6 +56,7 @@ type op struct {
 	id      string
 	now     time.Time
 	touches []session.Touch
+	ids     []string
 	gates   []string
 	gen     func() ([]byte, error)
 	updIn   updateStep // where an update step starts
@@ -84,6 +88,7 @@ func putOp(o *op) {
 type updateStep struct {
 	chunk                       int
 	waitingCutoff, activeCutoff int64 // unix nanos
+	now                         int64 // unix nanos: unclaimed past their deadline before it
 	phase                       int   // 0 purge waiting, 1 purge active, 2 promote
 	finished                    bool
 
@@ -336,7 +341,9 @@ func (s *Store) apply(b *batch, o *op) error {
 	case opRelease:
 		err = s.applyRelease(b, o)
 	case opTouch:
-		err = s.applyTouch(o)
+		err = s.applyTouch(b, o)
+	case opPurge:
+		err = s.applyPurge(b, o)
 	case opUpdate:
 		err = s.applyUpdate(b, o)
 	case opLoad:
