@@ -147,6 +147,7 @@ type subscriber struct {
 	gate   *gate
 	id     string // session id, "" when none
 	client string // Subscription.Client, for MaxConnectionsPerClient
+	closed func() // Subscription.Closed
 	idx    int    // index in gate.subs, guarded by gate.subsMu
 
 	global atomic.Pointer[frame]               // newest global not yet written
@@ -492,7 +493,7 @@ func (h *Hub) register(sub Subscription, l link, c *websocket.Conn, out *sockOut
 	if g == nil {
 		return nil
 	}
-	s := &subscriber{gate: g, id: strings.Clone(sub.SessionID), client: strings.Clone(sub.Client), link: l, conn: c}
+	s := &subscriber{gate: g, id: strings.Clone(sub.SessionID), client: strings.Clone(sub.Client), closed: sub.Closed, link: l, conn: c}
 	s.nextPing = time.Now().Add(h.opts.PingInterval).UnixNano()
 	if out != nil {
 		out.s.Store(s)

@@ -490,6 +490,12 @@ func (s *Server) socket(c echo.Context) error {
 	sub := broadcast.Subscription{Gate: gate, Global: global, Client: c.RealIP()}
 	if id, ok := s.sessionID(r); ok {
 		sub.SessionID = id
+		// An open socket is the session's sign of life until it closes.
+		disconnect, err := s.opts.Waitlist.Connect(gate, id)
+		if err != nil {
+			return err
+		}
+		sub.Closed = disconnect
 		// Read the session after the socket is registered, so that a
 		// promotion committed in between is not missed.
 		// The closure must not hold the request: the hub may keep it as long
