@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
@@ -400,16 +401,6 @@ func (h *Hub) run(g *gate) {
 	}
 }
 
-type globalMsg struct {
-	Type string `json:"type"`
-	session.GlobalView
-}
-
-type sessionMsg struct {
-	Type string `json:"type"`
-	session.SessionView
-}
-
 // sanitize replaces a NaN or infinite rate, which JSON cannot carry (and a
 // NaN would never compare equal to the last view sent), with 0.
 func sanitize(v *session.GlobalView) {
@@ -422,14 +413,14 @@ func sanitize(v *session.GlobalView) {
 // integers and a sanitized float.
 func encodeGlobal(v session.GlobalView) []byte {
 	sanitize(&v)
-	b, _ := json.Marshal(globalMsg{Type: "global", GlobalView: v})
+	b, _ := json.Marshal(wire.GlobalMessage{Type: wire.MessageGlobal, GlobalView: v})
 	return b
 }
 
 func encodeSession(v *session.SessionView) []byte {
 	c := *v
 	sanitize(&c.GlobalView)
-	b, _ := json.Marshal(sessionMsg{Type: "session", SessionView: c})
+	b, _ := json.Marshal(wire.SessionMessage{Type: wire.MessageSession, SessionView: c})
 	return b
 }
 

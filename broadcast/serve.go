@@ -3,7 +3,6 @@ package broadcast
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
@@ -113,15 +113,15 @@ func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (
 		}()
 	}
 	if !session.ValidGateName(sub.Gate) {
-		writeError(w, http.StatusBadRequest, session.CodeInvalidArgument, "invalid gate")
+		wire.WriteError(w, r, session.CodeInvalidArgument, "invalid gate")
 		return nil, session.Errorf(session.CodeInvalidArgument, "broadcast: gate %q is not a valid gate name", sub.Gate)
 	}
 	if sub.SessionID != "" && !session.ValidID(sub.SessionID) {
-		writeError(w, http.StatusBadRequest, session.CodeInvalidArgument, "invalid session id")
+		wire.WriteError(w, r, session.CodeInvalidArgument, "invalid session id")
 		return nil, session.Errorf(session.CodeInvalidArgument, "broadcast: session id is malformed")
 	}
 	if !h.enter() {
-		writeError(w, http.StatusServiceUnavailable, session.CodeUnavailable, "server shutting down")
+		wire.WriteError(w, r, session.CodeUnavailable, "server shutting down")
 		return nil, ErrClosed
 	}
 	n := h.conns.Add(1)
@@ -321,20 +321,4 @@ func (e endReason) String() string {
 		return "client sent data"
 	}
 	return "read side ended"
-}
-
-// writeError answers with the wire contract's error body.
-func writeError(w http.ResponseWriter, status int, code session.Code, msg string) {
-	var body struct {
-		Error struct {
-			Code    session.Code `json:"code"`
-			Message string       `json:"message"`
-		} `json:"error"`
-	}
-	body.Error.Code, body.Error.Message = code, msg
-	b, _ := json.Marshal(body)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
 }

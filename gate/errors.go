@@ -6,67 +6,36 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
-// The error codes of the HTTP layer beyond those of the session package.
+// Short local names of the wire contract's error codes (package wire is
+// their home, and holds the code → status mapping).
 const (
-	codeInvalidJSON      session.Code = "invalid_json"
-	codeBodyTooLarge     session.Code = "body_too_large"
-	codeNoSession        session.Code = "no_session"
-	codeRouteNotFound    session.Code = "not_found"
-	codeMethodNotAllowed session.Code = "method_not_allowed"
-	codeRateLimited      session.Code = "rate_limited"
-	codeBadGateway       session.Code = "bad_gateway"
-	codeAPIKeyRequired   session.Code = "api_key_required"
+	codeInvalidJSON      = wire.CodeInvalidJSON
+	codeBodyTooLarge     = wire.CodeBodyTooLarge
+	codeNoSession        = wire.CodeNoSession
+	codeRouteNotFound    = wire.CodeRouteNotFound
+	codeMethodNotAllowed = wire.CodeMethodNotAllowed
+	codeRateLimited      = wire.CodeRateLimited
+	codeBadGateway       = wire.CodeBadGateway
+	codeAPIKeyRequired   = wire.CodeAPIKeyRequired
+	codeCrossOrigin      = wire.CodeCrossOrigin
+	codeInvalidTicket    = wire.CodeInvalidTicket
 )
 
-// statusOf is the one place where error codes become HTTP statuses.
-func statusOf(code session.Code) int {
-	switch code {
-	case session.CodeInvalidArgument, codeInvalidJSON:
-		return http.StatusBadRequest
-	case codeNoSession, codeAPIKeyRequired:
-		return http.StatusUnauthorized
-	case session.CodeNotActive:
-		return http.StatusForbidden
-	case session.CodeUnknownGate, session.CodeNotFound, codeRouteNotFound:
-		return http.StatusNotFound
-	case codeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case codeBodyTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case codeRateLimited:
-		return http.StatusTooManyRequests
-	case session.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case codeBadGateway:
-		return http.StatusBadGateway
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
-// ErrorBody is the JSON body of every error answer:
-// {"error":{"code":"snake_case","message":"..."}}.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail is the inside of an ErrorBody.
-type ErrorDetail struct {
-	Code    session.Code `json:"code"`
-	Message string       `json:"message"`
-}
+// ErrorBody is the JSON body of every error answer (wire.ErrorBody).
+type ErrorBody = wire.ErrorBody
 
 // apiError returns an error the error handler renders with code and message.
 func apiError(code session.Code, message string) error {
 	return &session.Error{Code: code, Message: message}
 }
 
-// errorBody turns any error into the code and message a client sees. Internal
-// errors are not described beyond their code.
-func errorBody(err error) (int, ErrorBody) {
+// errorDetail turns any error into the code and message a client sees.
+// Internal errors are not described beyond their code.
+func errorDetail(err error) wire.ErrorDetail {
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
 		code := codeRouteNotFound
@@ -86,7 +55,7 @@ func errorBody(err error) (int, ErrorBody) {
 		if m, ok := he.Message.(string); ok && he.Code < 500 {
 			msg = m
 		}
-		return statusOf(code), ErrorBody{ErrorDetail{Code: code, Message: msg}}
+		return wire.ErrorDetail{Code: code, Message: msg}
 	}
 	code := session.CodeOf(err)
 	msg := "internal error"
@@ -94,5 +63,5 @@ func errorBody(err error) (int, ErrorBody) {
 	if errors.As(err, &se) && code != session.CodeInternal {
 		msg = se.Message
 	}
-	return statusOf(code), ErrorBody{ErrorDetail{Code: code, Message: msg}}
+	return wire.ErrorDetail{Code: code, Message: msg}
 }

@@ -492,3 +492,45 @@ func TestWebsocketRefusesUnknownGatesAndForeignOrigins(t *testing.T) {
 	require.NotNil(t, resp)
 	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
 }
+
+// A sibling subdomain may set its own anteroom_session cookie for the parent
+// domain, and the browser then sends both: the first one that verifies names
+// the session, wherever it stands.
+func TestTwoSessionCookiesTheFirstThatVerifiesWins(t *testing.T) {
+	h := newHarness(t, 1)
+	joined := h.join(t, newClient(t))
+	tok, id := joined.body["token"].(string), joined.body["session"].(string)
+	require.NotEmpty(t, tok)
+	other, err := token.NewSigner([]byte(strings.Repeat("f", 32)))
+	require.NoError(t, err)
+	forged, err := other.Sign(id)
+	require.NoError(t, err)
+	stranger, err := other.Sign("someone-else")
+	require.NoError(t, err)
+
+	for name, cookie := range map[string]string{
+		"forged first":         gate.CookieName + "=" + forged + "; " + gate.CookieName + "=" + tok,
+		"other signer's first": gate.CookieName + "=" + stranger + "; " + gate.CookieName + "=" + tok,
+		"garbage first":        gate.CookieName + "=garbage; a=1; " + gate.CookieName + "=" + tok,
+		"empty first":          gate.CookieName + "=; " + gate.CookieName + "=" + tok,
+		"quoted second":        gate.CookieName + "=" + forged + "; " + gate.CookieName + `="` + tok + `"`,
+		"valid first":          gate.CookieName + "=" + tok + "; " + gate.CookieName + "=" + forged,
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := &http.Client{Timeout: 10 * time.Second}
+			r := do(t, c, http.MethodGet, h.url+base+"/check", "", "", "Cookie", cookie)
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+			assert.Equal(t, id, r.header.Get(gate.SessionHeader))
+			r = do(t, c, http.MethodGet, h.url+base+"/api/status", "", "", "Cookie", cookie)
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+			assert.Equal(t, id, r.body["session"])
+			r = do(t, c, http.MethodPost, h.url+base+"/api/join", "", "", "Cookie", cookie)
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+			assert.Equal(t, id, r.body["session"], "a join keeps the session, it does not mint a new one")
+		})
+	}
+	t.Run("none verifies", func(t *testing.T) {
+		requireError(t, do(t, &http.Client{}, http.MethodGet, h.url+base+"/check", "", "", "Cookie",
+			gate.CookieName+"="+forged+"; "+gate.CookieName+"="+stranger), http.StatusUnauthorized, "no_session")
+	})
+}

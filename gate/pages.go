@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/static"
 )
@@ -31,7 +31,7 @@ func (s *Server) waitingPage(c echo.Context) error {
 		return err
 	}
 	next := c.QueryParam("next")
-	if !isLocalPath(next) {
+	if !wire.LocalPath(next) {
 		next = ""
 	}
 	return s.renderWaitingPage(c, gate, next)
@@ -47,12 +47,6 @@ func (s *Server) renderWaitingPage(c echo.Context, gate, next string) error {
 		return err
 	}
 	return htmlPage(c, buf.Bytes())
-}
-
-// isLocalPath reports whether p is a path on this origin ("/x", not "//host"
-// or "/\\host"), safe to send a browser to.
-func isLocalPath(p string) bool {
-	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.HasPrefix(p, "/\\") && !strings.ContainsAny(p, "\r\n")
 }
 
 func (s *Server) demoPage(c echo.Context) error {

@@ -2,7 +2,6 @@ package gate
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/anteroomhq/anteroom/gate/guard"
 	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
@@ -72,8 +72,7 @@ func (s *Server) newProxy(p ProxyOptions) (*proxy, error) {
 		FlushInterval: -1, // stream: server-sent events and long polls pass through at once
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.log.Warn("anteroom: upstream failed", "upstream", upstream.Redacted(), "path", r.URL.Path, "err", err)
-			status, body := errorBody(apiError(codeBadGateway, "the app behind anteroom is not answering"))
-			writeJSON(w, status, body)
+			wire.WriteError(w, r, codeBadGateway, "the app behind anteroom is not answering")
 		},
 	}
 	return &proxy{opts: p, reverse: rp}, nil
@@ -149,11 +148,4 @@ func (s *Server) admit(ctx context.Context, gate, id string, known bool) (sessio
 		id = token.NewID()
 	}
 	return s.opts.Waitlist.Join(ctx, gate, id)
-}
-
-func writeJSON(w http.ResponseWriter, status int, body any) {
-	data, _ := json.Marshal(body) // our bodies always encode
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(data)
 }

@@ -58,3 +58,26 @@ func TestForwardedForIsIgnoredFromUntrustedPeers(t *testing.T) {
 	}
 	assert.Equal(t, []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests}, codes)
 }
+
+func TestAnIPv6ClientIsLimitedByItsSlash64(t *testing.T) {
+	_, loopback, err := net.ParseCIDR("127.0.0.0/8")
+	require.NoError(t, err)
+	h := newHarnessWith(t, 100, func(o *gate.Options) {
+		o.RateLimit = gate.RateLimitOptions{PerSecond: 0.01, Burst: 2}
+		o.TrustedProxies = []*net.IPNet{loopback}
+	})
+	join := func(xff string) int {
+		return do(t, newClient(t), http.MethodPost, h.url+base+"/api/join", "", "", "X-Forwarded-For", xff).status
+	}
+	// One host rotating through the addresses of its /64 is one client.
+	codes := []int{}
+	for _, xff := range []string{"2001:db8:7:8::1", "2001:db8:7:8::2", "2001:db8:7:8:dead:beef:0:3", "2001:db8:7:8:ffff::4"} {
+		codes = append(codes, join(xff))
+	}
+	assert.Equal(t, []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests, http.StatusTooManyRequests}, codes)
+	assert.Equal(t, http.StatusOK, join("2001:db8:7:9::1"), "the next /64 is someone else")
+	// An IPv4-mapped address is its IPv4 address.
+	assert.Equal(t, http.StatusOK, join("192.0.2.50"))
+	assert.Equal(t, http.StatusOK, join("::ffff:192.0.2.50"))
+	assert.Equal(t, http.StatusTooManyRequests, join("192.0.2.50"))
+}

@@ -26,22 +26,23 @@ import (
 	"github.com/anteroomhq/anteroom/broadcast"
 	"github.com/anteroomhq/anteroom/gate/guard"
 	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
-// CookieName is the cookie that carries the session token.
-const CookieName = guard.CookieName
+// CookieName is the cookie that carries the session token (wire.CookieName).
+const CookieName = wire.CookieName
 
 // SessionHeader names the session on a 200 answer of the forward-auth check,
-// so that a proxy can hand the session id to the app.
-const SessionHeader = "X-Anteroom-Session"
+// so that a proxy can hand the session id to the app (wire.SessionHeader).
+const SessionHeader = wire.SessionHeader
 
-// GateHeader names the gate in forward-auth requests when ?gate= cannot.
-const GateHeader = "X-Anteroom-Gate"
+// GateHeader names the gate in forward-auth requests when ?gate= cannot
+// (wire.GateHeader).
+const GateHeader = wire.GateHeader
 
 const (
 	defaultMaxBodyBytes = 4 << 10
-	cookieMaxAge        = 24 * time.Hour
 )
 
 // Options configure a Server. Waitlist, Signer and Sockets are required.
@@ -67,6 +68,11 @@ type Options struct {
 	APIKeys []string
 	// RateLimit bounds the client API per client IP.
 	RateLimit RateLimitOptions
+	// AllowedOrigins are the origins besides the sidecar's own whose pages
+	// may call the state-changing API (join, leave, release, ticket): host
+	// patterns as for the websocket (path.Match; "scheme://host" patterns
+	// when they contain "://"). Others get 403 cross_origin.
+	AllowedOrigins []string
 	// TrustedProxies are the networks whose X-Forwarded-For names the
 	// client (for the rate limit). Empty: the peer address is the client.
 	TrustedProxies []*net.IPNet
@@ -85,6 +91,7 @@ type Server struct {
 	log     *slog.Logger
 	proxy   *proxy
 	apiKeys [][sha256.Size]byte
+	origins originPolicy
 }
 
 // New builds the Server and its routes. It returns an error when a required
@@ -112,7 +119,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Ready == nil {
 		opts.Ready = func() error { return nil }
 	}
-	s := &Server{opts: opts, log: opts.Logger}
+	s := &Server{opts: opts, log: opts.Logger, origins: originPolicy{patterns: opts.AllowedOrigins}}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -135,6 +142,7 @@ func New(opts Options) (*Server, error) {
 	e.POST(b+"/api/join", s.join, limited...)
 	e.POST(b+"/api/leave", s.leave, limited...)
 	e.POST(b+"/api/release", s.release, limited...)
+	e.POST(b+"/api/ticket", s.ticket, limited...)
 	e.GET(b+"/api/status", s.status, limited...)
 	e.GET(b+"/api/global", s.global, limited...)
 	e.GET(b+"/ws", s.socket, limited[1:]...)
@@ -172,15 +180,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	status, body := errorBody(err)
-	if status >= 500 {
+	d := errorDetail(err)
+	if wire.Status(d.Code) >= 500 {
 		s.log.Error("anteroom: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
-	if c.Request().Method == http.MethodHead {
-		_ = c.NoContent(status)
-		return
-	}
-	_ = c.JSON(status, body)
+	wire.WriteError(c.Response(), c.Request(), d.Code, d.Message)
 }
 
 // Constant header values, shared: assigning them to the header map costs no
@@ -261,8 +265,9 @@ type joinRequest struct {
 	SessionID string `json:"sessionId"`
 }
 
-// APIKeyHeader carries an API key (Authorization: Bearer works too).
-const APIKeyHeader = "X-Anteroom-Key"
+// APIKeyHeader carries an API key (Authorization: Bearer works too;
+// wire.APIKeyHeader).
+const APIKeyHeader = wire.APIKeyHeader
 
 const minAPIKeyLength = 16
 
@@ -272,8 +277,8 @@ func (s *Server) trusted(r *http.Request) bool {
 		return false
 	}
 	key := r.Header.Get(APIKeyHeader)
-	if h := r.Header.Get("Authorization"); key == "" && len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		key = strings.TrimSpace(h[7:])
+	if key == "" {
+		key = wire.BearerToken(r.Header)
 	}
 	if key == "" {
 		return false
@@ -303,7 +308,7 @@ func (s *Server) namedSession(r *http.Request, req joinRequest) (string, bool, e
 }
 
 // joinResponse is a SessionView plus the session's token, for clients that
-// cannot use the cookie (they send it as Bearer or ?session=).
+// cannot use the cookie (they send it as Bearer).
 type joinResponse struct {
 	session.SessionView
 	Token string `json:"token"`
@@ -311,6 +316,9 @@ type joinResponse struct {
 
 func (s *Server) join(c echo.Context) error {
 	r := c.Request()
+	if err := s.checkOrigin(r); err != nil {
+		return err
+	}
 	body, err := s.readBody(r)
 	if err != nil {
 		return err
@@ -363,7 +371,7 @@ func (s *Server) setCookie(c echo.Context, tok string) {
 		Name:     CookieName,
 		Value:    tok,
 		Path:     "/",
-		MaxAge:   int(cookieMaxAge / time.Second),
+		MaxAge:   int(s.opts.Signer.TTL() / time.Second),
 		HttpOnly: true,
 		SameSite: http.SameSiteLaxMode,
 		Secure:   r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"),
@@ -373,8 +381,11 @@ func (s *Server) setCookie(c echo.Context, tok string) {
 // leaveOrRelease reads the gate from ?gate= or a JSON body when there is one
 // (sendBeacon sends text/plain or nothing) and calls op for the session, if
 // the request carries one. It always answers 204 for a known gate.
-func (s *Server) leaveOrRelease(c echo.Context, op func(ctx context.Context, gate, id string) error) error {
+func (s *Server) leaveOrRelease(c echo.Context, purpose string, op func(ctx context.Context, gate, id string) error) error {
 	r := c.Request()
+	if err := s.checkOrigin(r); err != nil {
+		return err
+	}
 	body, err := s.readBody(r)
 	if err != nil {
 		return err
@@ -389,6 +400,11 @@ func (s *Server) leaveOrRelease(c echo.Context, op func(ctx context.Context, gat
 	if err != nil {
 		return err
 	}
+	if !ok && purpose != "" {
+		if id, ok, err = s.ticketSession(r, purpose, gate); err != nil {
+			return err
+		}
+	}
 	if !ok {
 		id, ok = s.sessionID(r)
 	}
@@ -401,11 +417,11 @@ func (s *Server) leaveOrRelease(c echo.Context, op func(ctx context.Context, gat
 }
 
 func (s *Server) leave(c echo.Context) error {
-	return s.leaveOrRelease(c, s.opts.Waitlist.Leave)
+	return s.leaveOrRelease(c, token.PurposeLeave, s.opts.Waitlist.Leave)
 }
 
 func (s *Server) release(c echo.Context) error {
-	return s.leaveOrRelease(c, s.opts.Waitlist.Release)
+	return s.leaveOrRelease(c, "", s.opts.Waitlist.Release)
 }
 
 func (s *Server) status(c echo.Context) error {
@@ -414,16 +430,24 @@ func (s *Server) status(c echo.Context) error {
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	id, ok := s.sessionID(r)
+	claims, ok := guard.SessionClaims(r, s.opts.Signer)
 	if !ok {
 		return apiError(session.CodeNotFound, "no session: join first")
 	}
-	view, err := s.opts.Waitlist.Status(r.Context(), gate, id)
+	view, err := s.opts.Waitlist.Status(r.Context(), gate, claims.ID)
 	if err != nil {
 		return err
 	}
 	if view.Status == session.StatusWaiting {
 		setRetryAfter(c, view)
+	}
+	if claims.Renew { // sliding expiry, key rotation, first-format tokens
+		tok, err := s.opts.Signer.Sign(claims.ID)
+		if err != nil {
+			return err
+		}
+		s.setCookie(c, tok)
+		return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
 	}
 	return c.JSON(http.StatusOK, view)
 }
@@ -488,7 +512,14 @@ func (s *Server) socket(c echo.Context) error {
 		return err
 	}
 	sub := broadcast.Subscription{Gate: gate, Global: global, Client: c.RealIP()}
-	if id, ok := s.sessionID(r); ok {
+	id, ok, err := s.ticketSession(r, token.PurposeWS, gate)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		id, ok = s.sessionID(r)
+	}
+	if ok {
 		sub.SessionID = id
 		// An open socket is the session's sign of life until it closes.
 		disconnect, err := s.opts.Waitlist.Connect(gate, id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -200,7 +201,7 @@ func (w *Waitlist) Join(ctx context.Context, gate, id string) (SessionView, erro
 	if err != nil {
 		return SessionView{}, err
 	}
-	return g.sessionView(s), nil
+	return g.sessionView(s, w.clock.Now()), nil
 }
 
 // Leave marks a waiting session's departure (it is purged after the waiting
@@ -300,7 +301,7 @@ func (w *Waitlist) Status(ctx context.Context, gate, id string) (SessionView, er
 	if ok {
 		// A request naming the session is a sign of life.
 		signActive(e, now.UnixNano())
-		return SessionView{GlobalView: *g.view.Load(), Session: id, Status: StatusActive, Position: e.position}, nil
+		return SessionView{GlobalView: g.currentView(now), Session: id, Status: StatusActive, Position: e.position}, nil
 	}
 	if w.closed.Load() {
 		return SessionView{}, ErrUnavailable
@@ -312,7 +313,7 @@ func (w *Waitlist) Status(ctx context.Context, gate, id string) (SessionView, er
 	if s.Status == StatusWaiting {
 		g.seen(id, now.UnixNano())
 	}
-	return g.sessionView(s), nil
+	return g.sessionView(s, now), nil
 }
 
 // Connect records an open socket of the session, a sign of life for as long
@@ -432,13 +433,14 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 	return firstErr
 }
 
-// Global returns the gate's global view from memory, or ErrUnknownGate.
+// Global returns the gate's global view from memory, its admission rate
+// computed now, or ErrUnknownGate.
 func (w *Waitlist) Global(gate string) (GlobalView, error) {
 	g, err := w.gate(gate)
 	if err != nil {
 		return GlobalView{}, err
 	}
-	return *g.view.Load(), nil
+	return g.currentView(w.clock.Now()), nil
 }
 
 // Update runs the cron tick on every gate: it persists pending refreshes,
@@ -466,7 +468,34 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 		}
 		reports = append(reports, r)
 	}
+	w.republishRates()
 	return reports, nil
+}
+
+// republishRates publishes the global view of every gate whose admission
+// rate changed since its view was last stored: the rate decays as
+// promotions leave the window even when nothing commits, and clients must
+// see it (the hub coalesces).
+func (w *Waitlist) republishRates() {
+	now := w.clock.Now()
+	for _, name := range w.names {
+		g := w.gates[name]
+		rate := g.admitted.perMinute(now)
+		for {
+			old := g.view.Load()
+			if old.AdmittedPerMinute == rate {
+				break
+			}
+			v := *old
+			v.AdmittedPerMinute = rate
+			if g.view.CompareAndSwap(old, &v) { // lost to a commit: look again
+				if w.pub != nil {
+					w.pub.PublishGlobal(v)
+				}
+				break
+			}
+		}
+	}
 }
 
 // FlushTouches persists the signs of life seen in memory since they were
@@ -682,7 +711,7 @@ func (w *Waitlist) onCommit(c Commit) {
 	if w.pub != nil {
 		for _, s := range promoted {
 			if g := w.gates[s.Gate]; g != nil {
-				w.pub.PublishSession(g.sessionView(s))
+				w.pub.PublishSession(g.sessionView(s, now))
 			}
 		}
 	}
@@ -704,8 +733,15 @@ func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
 	}
 }
 
-func (g *gateMemory) sessionView(s Session) SessionView {
-	v := SessionView{GlobalView: *g.view.Load(), Session: s.ID, Status: s.Status, Position: s.Position}
+// currentView is the stored global view with the admission rate as of now.
+func (g *gateMemory) currentView(now time.Time) GlobalView {
+	v := *g.view.Load()
+	v.AdmittedPerMinute = g.admitted.perMinute(now)
+	return v
+}
+
+func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {
+	v := SessionView{GlobalView: g.currentView(now), Session: s.ID, Status: s.Status, Position: s.Position}
 	switch s.Status {
 	case StatusWaiting:
 		g.mu.RLock()
@@ -750,16 +786,32 @@ func (r *rateWindow) add(t time.Time, n int64) {
 	r.mu.Unlock()
 }
 
+// Evidence needed before perMinute reports a rate: at least rateMinEvents
+// events in the window, spread over at least rateMinSpan (first to last
+// bucket). One promotion, or a burst of them in one tick, says nothing about
+// how fast the line moves.
+const (
+	rateMinEvents = 3
+	rateMinSpan   = time.Minute
+)
+
+// perMinute returns the events per minute over the window ending at now, or
+// 0 while the window holds too little evidence for a rate.
 func (r *rateWindow) perMinute(now time.Time) float64 {
 	slot := now.UnixNano() / int64(rateBucketSpan)
 	var sum int64
+	first, last := int64(math.MaxInt64), int64(math.MinInt64)
 	r.mu.Lock()
 	for _, b := range r.buckets {
-		if b.slot > slot-rateBuckets && b.slot <= slot {
+		if b.n > 0 && b.slot > slot-rateBuckets && b.slot <= slot {
 			sum += b.n
+			first, last = min(first, b.slot), max(last, b.slot)
 		}
 	}
 	r.mu.Unlock()
+	if sum < rateMinEvents || time.Duration(last-first)*rateBucketSpan < rateMinSpan {
+		return 0
+	}
 	window := rateBuckets * rateBucketSpan
 	return float64(sum) / window.Minutes()
 }

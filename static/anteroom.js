@@ -59,7 +59,11 @@
 
   let state = 'joining';
   let view = null; // last SessionView, global messages merged in
-  let token = ''; // session token from join, for ?session= on ws and beacon
+  // The session token from join (or a status that re-issued it). It travels
+  // only in the Authorization header, never in a URL (URLs end up in access
+  // logs): the websocket, which cannot carry a header, gets a one-minute
+  // single-purpose ticket instead.
+  let token = '';
   let ui = null;
   let ws = null, wsTimer = 0, wsFails = 0;
   let polling = false, pollTimer = 0, lastCheck = 0;
@@ -95,10 +99,11 @@
     try { document.dispatchEvent(new CustomEvent('anteroom:' + name, { detail: v })); } catch (e) { /* old browser */ }
   }
 
-  function api(method, path, body) {
-    const init = { method, credentials: creds, cache: 'no-store' };
+  function api(method, path, body, extra) {
+    const init = Object.assign({ method, credentials: creds, cache: 'no-store', headers: {} }, extra);
+    if (token) init.headers.Authorization = 'Bearer ' + token;
     if (body) {
-      init.headers = { 'Content-Type': 'application/json' };
+      init.headers['Content-Type'] = 'application/json';
       init.body = JSON.stringify(body);
     }
     return fetch(base + path, init);
@@ -145,8 +150,8 @@
 
   // A full SessionView (join, status, or a "session" message).
   function onView(v) {
-    if (state === 'left' || state === 'active') return;
     if (v.token) token = v.token;
+    if (state === 'left' || state === 'active') return;
     if (v.status === 'active') return admit(v);
     view = Object.assign({}, view, v);
     delete view.type;
@@ -170,8 +175,9 @@
     const nav = navigate(wasWaiting);
     if (!ui) return;
     ui.title.textContent = T.admitted;
-    ui.place.textContent = T.admitted;
+    ui.place.textContent = T.admitted; // announced (live region), shown by the title
     ui.hint.textContent = ui.note.textContent = '';
+    (ui.target ? ui.card : ui.root).classList.add('anteroom-in');
     ui.bar.style.width = '100%';
     if (nav) return;
     (ui.target ? ui.card : ui.root).classList.add('anteroom-done'); // fade out
@@ -193,13 +199,29 @@
   }
 
   // ---- live updates: WebSocket, polling as fallback ---------------------
-  function connect() {
+  // A ticket for the websocket: one minute, this session, this gate. Without
+  // one (an older sidecar, a network error) the socket relies on the cookie.
+  async function wsTicket() {
+    if (!token) return '';
+    try {
+      const res = await api('POST', '/api/ticket', { purpose: 'ws', gate });
+      const t = res.ok && (await readJSON(res));
+      return (t && typeof t.ticket === 'string' && t.ticket) || '';
+    } catch (e) { return ''; }
+  }
+
+  let connecting = false;
+  async function connect() {
+    if (ws || wsTimer || connecting || state !== 'waiting') return;
+    connecting = true;
+    const ticket = await wsTicket();
+    connecting = false;
     if (ws || wsTimer || state !== 'waiting') return;
     let sock;
     try {
       const u = new URL(base + '/ws', location.href);
       u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
-      u.search = '?gate=' + enc(gate) + (token ? '&session=' + enc(token) : '');
+      u.search = '?gate=' + enc(gate) + (ticket ? '&ticket=' + enc(ticket) : '');
       sock = ws = new WebSocket(u.href);
     } catch (e) {
       ws = null;
@@ -295,17 +317,22 @@
   // session sends none, not even on pagehide: leave would only refresh it,
   // and a release would throw the slot away on every reload or navigation
   // inside the app. It ends by active_timeout, or by release().
-  const leaveURL = () => base + '/api/leave?gate=' + enc(gate) + (token ? '&session=' + enc(token) : '');
-
+  // The departure travels as a keepalive fetch, which outlives the page and,
+  // unlike sendBeacon, carries the Authorization header; sendBeacon (cookie
+  // only) is the fallback where keepalive fetch is missing.
   let departedAt = 0;
   function depart() {
     if (state !== 'waiting' || departed) return false;
     departed = true;
     departedAt = Date.now();
+    const path = '/api/leave?gate=' + enc(gate);
     let sent = false;
-    try { sent = navigator.sendBeacon(leaveURL()); } catch (e) { /* no beacon */ }
+    try {
+      api('POST', path, null, { keepalive: true }).catch(() => {});
+      sent = true;
+    } catch (e) { /* no keepalive fetch */ }
     if (!sent) {
-      try { fetch(leaveURL(), { method: 'POST', keepalive: true, credentials: creds }).catch(() => {}); } catch (e) { /* gone */ }
+      try { navigator.sendBeacon(base + path); } catch (e) { /* gone */ }
     }
     return true;
   }
@@ -348,9 +375,14 @@
 .anteroom-bar{height:100%;width:4%;border-radius:3px;background:#2563eb linear-gradient(90deg,transparent,rgba(255,255,255,.45),transparent);background-size:200% 100%;transition:width .6s ease;animation:anteroom-shine 1.8s linear infinite}
 .anteroom-hint,.anteroom-info,.anteroom-note{margin:.25rem 0 0;font-size:.9rem;color:#475569}
 .anteroom-hint:empty,.anteroom-note:empty{display:none}
+.anteroom-in .anteroom-title{color:#15803d}
+.anteroom-in .anteroom-place{position:absolute;width:1px;height:1px;margin:0;overflow:hidden;clip:rect(0 0 0 0)}
+.anteroom-in .anteroom-bar{background:#16a34a;animation:none}
+.anteroom-in .anteroom-track{margin:.75rem 0 .25rem}
+.anteroom-in .anteroom-info{display:none}
 .anteroom-done{opacity:0;transition:opacity .4s}
 @keyframes anteroom-shine{from{background-position:200% 0}to{background-position:-200% 0}}
-@media (prefers-color-scheme:dark){.anteroom-card{background:#1e293b;color:#f1f5f9}.anteroom-hint,.anteroom-info,.anteroom-note{color:#cbd5e1}.anteroom-track{background:#334155}}
+@media (prefers-color-scheme:dark){.anteroom-card{background:#1e293b;color:#f1f5f9}.anteroom-in .anteroom-title{color:#4ade80}.anteroom-hint,.anteroom-info,.anteroom-note{color:#cbd5e1}.anteroom-track{background:#334155}}
 @media (prefers-reduced-motion:reduce){.anteroom-bar,.anteroom-done{animation:none;transition:none}}`;
 
   function el(tag, name, parent) {
@@ -403,8 +435,19 @@
         document.documentElement.classList.add('anteroom-lock');
       }
       root.appendChild(card);
-      if (!target) document.body.appendChild(root);
-      ui = { root, card, target, saved, title, place, bar, hint, note: noteEl };
+      // Behind a modal overlay the page is inert: no focus, no clicks, not
+      // read out. Only what was not inert already is given back on hide.
+      const inerted = [];
+      if (!target) {
+        for (const n of Array.from(document.body.children)) {
+          if (!n.inert && n.tagName !== 'SCRIPT' && n.tagName !== 'STYLE') {
+            n.inert = true;
+            inerted.push(n);
+          }
+        }
+        document.body.appendChild(root);
+      }
+      ui = { root, card, target, saved, title, place, bar, hint, note: noteEl, inerted };
       if (!target) try { card.focus({ preventScroll: true }); } catch (e) { /* ok */ }
       render();
     };
@@ -422,6 +465,7 @@
       u.target.classList.remove('anteroom-waiting');
     } else {
       u.root.remove();
+      u.inerted.forEach((n) => { n.inert = false; });
       document.documentElement.classList.remove('anteroom-lock');
     }
   }
@@ -430,6 +474,10 @@
     if (ui) ui.note.textContent = t;
   }
 
+  // An estimate needs evidence: admittedPerMinute is over the last five
+  // minutes, so at least 3 admissions in them (the sidecar itself reports 0
+  // until they span a minute). One admission is no rate.
+  const etaEvidence = (rate) => rate * 5 >= 3 - 1e-9;
   const eta = (min) => (min < 1 ? 'under a minute'
     : min < 90 ? 'about ' + Math.ceil(min) + ' min'
       : 'about ' + Math.round(min / 60) + ' h');
@@ -449,7 +497,7 @@
       hint.push(fill(T.left, { waiting }));
       real = Math.max(1, (place * waiting) / total);
     }
-    if (rate > 0) hint.push(fill(T.eta, { eta: eta(real / rate) }));
+    if (etaEvidence(rate)) hint.push(fill(T.eta, { eta: eta(real / rate) }));
     ui.hint.textContent = hint.join(' ');
     maxPlace = Math.max(maxPlace, place);
     ui.bar.style.width = Math.max(4, (100 * (maxPlace - place)) / maxPlace) + '%';

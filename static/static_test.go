@@ -39,7 +39,7 @@ func TestSnippetIsPlainJSAndFollowsTheContract(t *testing.T) {
 
 	for _, want := range []string{
 		"/api/join", "/api/leave", "/api/release", "/api/status", "/ws",
-		"'Retry-After'", "sendBeacon", "?gate=", "&session=",
+		"'Retry-After'", "sendBeacon", "?gate=", "&ticket=", "/api/ticket", "'Bearer '", "keepalive: true", ".inert = true",
 		"firstWaitingPosition", "lastWaitingPosition", "admittedPerMinute",
 		"'global'", "'session'", "'waiting'", "'active'",
 		"anteroom-overlay", "anteroom-waiting", "anteroom-place", "anteroom-style",
@@ -50,13 +50,16 @@ func TestSnippetIsPlainJSAndFollowsTheContract(t *testing.T) {
 	} {
 		assert.Contains(t, js, want)
 	}
+	// The session token never goes into a URL (access logs): only the
+	// Authorization header carries it.
+	assert.NotContains(t, js, "session=")
 }
 
 func TestRenderWaitingPage(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, static.RenderWaitingPage(&buf, static.WaitingPageData{BasePath: "/anteroom/", Gate: "checkout"}))
 	html := buf.String()
-	assert.Contains(t, html, `<script src="/anteroom/anteroom.js" data-base="/anteroom" data-gate="checkout" data-reload="true"></script>`)
+	assert.Contains(t, html, `<script src="/anteroom/anteroom.js" data-base="/anteroom" data-gate="checkout" data-target="#waiting" data-reload="true"></script>`)
 	assert.Contains(t, html, "This site is busy.")
 	assert.Contains(t, html, "keep this tab open")
 	assert.NotContains(t, html, "data-redirect-url")

@@ -15,9 +15,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -259,22 +259,34 @@ func (in *instance) Close() {
 
 // memStats is what the child reports of its memory.
 type memStats struct {
-	HeapInuse  uint64 `json:"heapInuse"`
-	StackInuse uint64 `json:"stackInuse"`
-	Sys        uint64 `json:"sys"`
-	RSS        uint64 `json:"rss"` // VmRSS, bytes
+	HeapInuse  uint64 `json:"heapInuse"`  // heap spans in use: objects, live or not yet collected, and their free slots
+	StackInuse uint64 `json:"stackInuse"` // goroutine stacks
+	RSS        uint64 `json:"rss"`        // VmRSS, bytes
 	Goroutines int    `json:"goroutines"`
 }
 
-// readMem collects garbage, returns freed memory to the OS and reads the
-// process's memory.
+// memSamples are what readMem reads, at once.
+var memSamples = []metrics.Sample{
+	{Name: "/memory/classes/heap/objects:bytes"},
+	{Name: "/memory/classes/heap/unused:bytes"},
+	{Name: "/memory/classes/heap/stacks:bytes"},
+	{Name: "/sched/goroutines:goroutines"},
+}
+
+// readMem reads the process's memory as it is, without collecting garbage
+// first: a server carries its garbage too, and the sidecar's RSS is what
+// an operator provisions for. It reads runtime/metrics (no stop of the
+// world) and VmRSS from /proc/self/status.
 func readMem() memStats {
-	runtime.GC()
-	runtime.GC()
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	m := memStats{HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse, Sys: ms.Sys, Goroutines: runtime.NumGoroutine()}
+	s := slices.Clone(memSamples)
+	metrics.Read(s)
+	u := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[i].Value.Uint64()
+	}
+	m := memStats{HeapInuse: u(0) + u(1), StackInuse: u(2), Goroutines: int(u(3))}
 	if data, err := os.ReadFile("/proc/self/status"); err == nil {
 		for line := range strings.SplitSeq(string(data), "\n") {
 			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {

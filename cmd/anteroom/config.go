@@ -28,6 +28,8 @@ type Config struct {
 	Database          string                `yaml:"database"`
 	UpdateInterval    string                `yaml:"update_interval"`
 	Secret            string                `yaml:"secret"`
+	SecretPrevious    string                `yaml:"secret_previous"`
+	TokenTTL          Duration              `yaml:"token_ttl"`
 	Upstream          string                `yaml:"upstream"`
 	Protect           []string              `yaml:"protect"`
 	Bypass            []string              `yaml:"bypass"`
@@ -92,6 +94,8 @@ const (
 	defaultDatabase            = "anteroom.db"
 	defaultUpdateInterval      = "1m"
 	defaultBroadcastInterval   = 250 * time.Millisecond
+	defaultTokenTTL            = 24 * time.Hour
+	minTokenTTL                = time.Minute
 	defaultGate                = "default"
 	defaultActiveLimit         = 100
 	defaultActiveTimeout       = 5 * time.Minute
@@ -177,6 +181,12 @@ func (c *Config) applyEnv(environ []string) error {
 			c.UpdateInterval = v
 		case "ANTEROOM_SECRET":
 			c.Secret = v
+		case "ANTEROOM_SECRET_PREVIOUS":
+			c.SecretPrevious = v
+		case "ANTEROOM_TOKEN_TTL":
+			var d time.Duration
+			d, err = parseDuration(v)
+			c.TokenTTL = Duration(d)
 		case "ANTEROOM_UPSTREAM":
 			c.Upstream = v
 		case "ANTEROOM_LOG_LEVEL":
@@ -305,6 +315,9 @@ func (c *Config) fillDefaults() {
 	if c.UpdateInterval == "" {
 		c.UpdateInterval = defaultUpdateInterval
 	}
+	if c.TokenTTL == 0 {
+		c.TokenTTL = Duration(defaultTokenTTL)
+	}
 	if c.BroadcastInterval == 0 {
 		c.BroadcastInterval = Duration(defaultBroadcastInterval)
 	}
@@ -366,6 +379,12 @@ func (c Config) Validate() error {
 	}
 	if c.Secret != "" && len(c.Secret) < minSecretLength {
 		return bad("secret", "must be at least %d characters (or empty to generate one)", minSecretLength)
+	}
+	if c.SecretPrevious != "" && len(c.SecretPrevious) < minSecretLength {
+		return bad("secret_previous", "must be at least %d characters (or empty: no rotation)", minSecretLength)
+	}
+	if time.Duration(c.TokenTTL) < minTokenTTL {
+		return bad("token_ttl", "must be at least %v (default %v)", minTokenTTL, defaultTokenTTL)
 	}
 	if c.Upstream != "" {
 		u, err := url.Parse(c.Upstream)

@@ -94,7 +94,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 			return err
 		}
 	}
-	signer, err := token.NewSigner(secret)
+	signer, err := token.NewSignerWithOptions(secret, token.Options{Previous: []byte(cfg.SecretPrevious), TTL: time.Duration(cfg.TokenTTL)})
 	if err != nil {
 		return fmt.Errorf("config: secret: %w", err)
 	}
@@ -140,6 +140,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		Hub:            hub,
 		Demo:           cfg.Upstream == "",
 		APIKeys:        cfg.APIKeys,
+		AllowedOrigins: cfg.AllowedOrigins,
 		RateLimit:      gate.RateLimitOptions{PerSecond: *cfg.RateLimit.PerSecond, Burst: cfg.RateLimit.Burst},
 		TrustedProxies: trusted,
 		Logger:         log,

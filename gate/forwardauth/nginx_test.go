@@ -1,7 +1,7 @@
 // Package forwardauth_test runs anteroom's forward-auth check behind a real
 // nginx (auth_request), with the nginx configuration that docs/forward-auth.md
-// documents: the test reads it from that file, so the doc and what is tested
-// cannot drift apart.
+// documents: the test reads it from that file and runs it verbatim but for
+// its port numbers, so the doc and what is tested cannot drift apart.
 //
 // It skips when nginx is not installed, and fails instead when the
 // environment variable CI is set.
@@ -46,6 +46,12 @@ const (
 	docBegin   = "<!-- forward-auth nginx config: begin -->"
 	docEnd     = "<!-- forward-auth nginx config: end -->"
 	appContent = "APP CONTENT for "
+	// The loopback ports the doc's block names: the sidecar's default
+	// listen address and the app's.
+	docSidecarPort = "8080"
+	docAppPort     = "3000"
+	// appSocket is the path of the app's own websocket.
+	appSocket = "/live"
 )
 
 // TestNginxAuthRequest drives the documented nginx config: anonymous and
@@ -90,6 +96,25 @@ func TestNginxAuthRequest(t *testing.T) {
 	// A client without cookies may send the token as a Bearer token.
 	r = send(t, newClient(t), http.MethodGet, site+"/api/data", "", "", "Authorization", "Bearer "+joined.Token)
 	assert.Equal(t, appContent+"/api/data", r.body)
+	assert.Equal(t, appSaw(joined.Session, "default"), r.header.Get("X-App-Anteroom"), "the app gets the verified session and the gate")
+
+	// The app gets the session the check verified, never one the visitor
+	// sent (however often), and no X-Anteroom-Key.
+	req, err := http.NewRequest(http.MethodGet, site+"/x", nil)
+	require.NoError(t, err)
+	for _, h := range [][2]string{
+		{"X-Anteroom-Session", "someone-else"}, {"X-Anteroom-Session", waitingLooking},
+		{"X-Anteroom-Gate", "open"}, {"X-Anteroom-Key", "not-the-key-at-all-000"},
+	} {
+		req.Header.Add(h[0], h[1])
+	}
+	r = do(t, first, req)
+	require.Equal(t, appContent+"/x", r.body)
+	assert.Equal(t, appSaw(joined.Session, "default"), r.header.Get("X-App-Anteroom"))
+
+	// The app's own websocket works through nginx for an active visitor,
+	// and the handshake went through the check.
+	requireAppSocket(t, site, joined.Token, joined.Session)
 
 	// (3) A second visitor joins while the limit is reached: it waits, and
 	// sees the waiting page at the protected URL.
@@ -98,6 +123,7 @@ func TestNginxAuthRequest(t *testing.T) {
 	waiting := join(t, second, site, gateName)
 	require.Equal(t, "waiting", waiting.Status)
 	requireWaitingPage(t, get(t, second, site+"/x"))
+	requireNoAppSocket(t, site, waiting.Token)
 	check := get(t, second, site+base+"/check?gate="+gateName) // the public check, as the contract has it
 	assert.Equal(t, http.StatusForbidden, check.status)
 	assert.Contains(t, check.body, `"session_not_active"`)
@@ -148,7 +174,55 @@ func TestNginxAuthRequest(t *testing.T) {
 
 	// The app saw exactly the requests that got its content: nothing else
 	// went past the check.
-	assert.EqualValues(t, 8, app.hits.Load(), "requests that reached the app")
+	assert.EqualValues(t, 10, app.hits.Load(), "requests that reached the app")
+}
+
+// waitingLooking is a client-sent session header that looks like a real id.
+const waitingLooking = "0123456789abcdef0123456789abcdef"
+
+// appSaw is what the app reports of the X-Anteroom-* headers it received.
+func appSaw(session, gate string) string {
+	return fmt.Sprintf("session=%q gate=%q key=%q", []string{session}, []string{gate}, []string(nil))
+}
+
+// requireAppSocket opens the app's own websocket through nginx with tok as
+// the cookie, and checks that it carries messages both ways and that the
+// app saw the verified session id.
+func requireAppSocket(t *testing.T, site, tok, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(site, "http")+appSocket, &websocket.DialOptions{
+		HTTPHeader: http.Header{"Origin": {site}, "Cookie": {gate.CookieName + "=" + tok}, "X-Anteroom-Session": {"forged"}},
+	})
+	require.NoError(t, err, "the app's websocket through nginx")
+	defer ws.CloseNow()
+	assert.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	_, msg, err := ws.Read(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "hello "+id, string(msg), "the app saw the verified session on the handshake")
+	require.NoError(t, ws.Write(ctx, websocket.MessageText, []byte("ping")))
+	_, msg, err = ws.Read(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "echo ping", string(msg))
+	require.NoError(t, ws.Close(websocket.StatusNormalClosure, ""))
+}
+
+// requireNoAppSocket checks that a visitor who is not active cannot open
+// the app's websocket: the check answers, and nginx sends the waiting page.
+func requireNoAppSocket(t *testing.T, site, tok string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(site, "http")+appSocket, &websocket.DialOptions{
+		HTTPHeader: http.Header{"Origin": {site}, "Cookie": {gate.CookieName + "=" + tok}},
+	})
+	if ws != nil {
+		ws.CloseNow()
+	}
+	require.Error(t, err, "a waiting visitor must not reach the app's websocket")
+	require.NotNil(t, resp, "nginx answered: %v", err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "the waiting page, not an upgrade")
 }
 
 // ---- the sidecar and the app -----------------------------------------------
@@ -174,20 +248,50 @@ type app struct {
 	hits *atomic.Int64
 }
 
-// startApp runs the protected app: "APP CONTENT for <path>", and the method
-// and body size it saw in X-App-Saw.
+// startApp runs the protected app: "APP CONTENT for <path>", the method and
+// body size it saw in X-App-Saw, and the X-Anteroom-* headers it got in
+// X-App-Anteroom. At appSocket it serves a websocket (checking the Origin
+// against the Host, as websocket libraries do) that says hello to the
+// session named in X-Anteroom-Session, then echoes one message.
 func startApp(t *testing.T) app {
 	t.Helper()
 	hits := new(atomic.Int64)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
+		if r.URL.Path == appSocket {
+			serveAppSocket(w, r)
+			return
+		}
 		n, _ := io.Copy(io.Discard, r.Body)
 		w.Header().Set("X-App-Saw", fmt.Sprintf("%s %d bytes", r.Method, n))
+		w.Header().Set("X-App-Anteroom", fmt.Sprintf("session=%q gate=%q key=%q",
+			r.Header.Values("X-Anteroom-Session"), r.Header.Values("X-Anteroom-Gate"), r.Header.Values("X-Anteroom-Key")))
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, appContent+r.URL.Path)
 	}))
 	t.Cleanup(ts.Close)
 	return app{addr: ts.Listener.Addr().String(), hits: hits}
+}
+
+func serveAppSocket(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept answered
+	}
+	defer ws.CloseNow()
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if ws.Write(ctx, websocket.MessageText, []byte("hello "+strings.Join(r.Header.Values("X-Anteroom-Session"), ","))) != nil {
+		return
+	}
+	_, msg, err := ws.Read(ctx)
+	if err != nil {
+		return
+	}
+	if ws.Write(ctx, websocket.MessageText, append([]byte("echo "), msg...)) != nil {
+		return
+	}
+	_, _, _ = ws.Read(ctx) // until the client closes
 }
 
 // ---- nginx -------------------------------------------------------------------
@@ -221,6 +325,9 @@ func nginxBinary(t *testing.T) string {
 	return bin
 }
 
+// debianDefault is the answer of the stand-in for Debian's default site.
+const debianDefault = "Debian's default site"
+
 // mainConf is the test's nginx.conf around the doc's block: a foreground,
 // single-process nginx that keeps every file it writes in dir, so it runs
 // as any user without root-owned directories.
@@ -243,14 +350,22 @@ http {
     uwsgi_temp_path "{dir}/uwsgi";
     scgi_temp_path "{dir}/scgi";
 
+    # A stand-in for Debian's sites-enabled/default on what is port 80 in
+    # the doc's block: a block that listens there without winning the
+    # request's Host loses every request to it.
+    server {
+        listen {port80} default_server;
+        server_name _;
+        return 404 "{debian}\n";
+    }
+
     # ---- docs/forward-auth.md ----
 {doc}
 }
 `
 
-// docConfig returns the nginx block of docs/forward-auth.md with the
-// sidecar, app and listen addresses replaced.
-func docConfig(t *testing.T, sidecarAddr, appAddr, listenAddr string) string {
+// docBlock returns the nginx block of docs/forward-auth.md, as it stands.
+func docBlock(t *testing.T) string {
 	t.Helper()
 	doc, err := os.ReadFile(docPath)
 	require.NoError(t, err)
@@ -261,16 +376,44 @@ func docConfig(t *testing.T, sidecarAddr, appAddr, listenAddr string) string {
 	block = strings.TrimSpace(block)
 	require.True(t, strings.HasPrefix(block, "```nginx\n") && strings.HasSuffix(block, "\n```"),
 		"%s: the block between the markers must be one ```nginx fence", docPath)
-	block = strings.TrimSuffix(strings.TrimPrefix(block, "```nginx\n"), "\n```")
-	for _, rep := range [][2]string{
-		{"server anteroom:8080;", "server " + sidecarAddr + ";"},
-		{"server app:3000;", "server " + appAddr + ";"},
-		{"listen 80;", "listen " + listenAddr + ";"},
-	} {
-		require.Equal(t, 1, strings.Count(block, rep[0]), "%s: the nginx block must contain %q exactly once", docPath, rep[0])
-		block = strings.Replace(block, rep[0], rep[1], 1)
-	}
-	return block
+	return strings.TrimSuffix(strings.TrimPrefix(block, "```nginx\n"), "\n```")
+}
+
+var (
+	loopbackRE = regexp.MustCompile(`127\.0\.0\.1:(\d+)`)
+	listenRE   = regexp.MustCompile(`(?m)^(\s*listen\s+)(\d+)\b`)
+)
+
+// ports are where the test's sidecar, app and nginx listen, on 127.0.0.1.
+type ports struct{ sidecar, app, site, port80 string }
+
+// docConfig returns the doc's nginx block with nothing changed but its port
+// numbers: the loopback ports of the sidecar and the app become the test's,
+// the port it listens on becomes the test's free port for nginx. It also
+// returns the port the block listens on, as the doc has it.
+func docConfig(t *testing.T, p ports) (block, listens string) {
+	t.Helper()
+	block = docBlock(t)
+	seen := map[string]int{}
+	block = loopbackRE.ReplaceAllStringFunc(block, func(m string) string {
+		port := loopbackRE.FindStringSubmatch(m)[1]
+		seen[port]++
+		switch port {
+		case docSidecarPort:
+			return "127.0.0.1:" + p.sidecar
+		case docAppPort:
+			return "127.0.0.1:" + p.app
+		}
+		t.Errorf("%s: the nginx block names 127.0.0.1:%s; the test knows the sidecar at :%s and the app at :%s", docPath, port, docSidecarPort, docAppPort)
+		return m
+	})
+	assert.Positive(t, seen[docSidecarPort], "%s: the nginx block must reach the sidecar at 127.0.0.1:%s", docPath, docSidecarPort)
+	assert.Positive(t, seen[docAppPort], "%s: the nginx block must reach the app at 127.0.0.1:%s", docPath, docAppPort)
+	listen := listenRE.FindAllStringSubmatch(block, -1)
+	require.Len(t, listen, 1, "%s: the nginx block must have one `listen <port>;`", docPath)
+	listens = listen[0][2]
+	block = listenRE.ReplaceAllString(block, "${1}"+p.site)
+	return block, listens
 }
 
 // startNginx runs nginx with the doc's config in front of the sidecar and
@@ -297,9 +440,15 @@ var errAddrInUse = errors.New("address already in use")
 
 func tryNginx(t *testing.T, bin, sidecarAddr, appAddr string) (string, error) {
 	t.Helper()
-	listen := freeAddr(t)
+	p := ports{sidecar: portOf(t, sidecarAddr), app: portOf(t, appAddr), site: portOf(t, freeAddr(t))}
+	p.port80 = portOf(t, freeAddr(t))
+	block, listens := docConfig(t, p)
+	if listens == "80" {
+		p.port80 = p.site // the block's port 80 is where Debian's default site is
+	}
+	listen := "127.0.0.1:" + p.site
 	dir := t.TempDir()
-	conf := strings.NewReplacer("{doc}", docConfig(t, sidecarAddr, appAddr, listen), "{dir}", dir).Replace(mainConf)
+	conf := strings.NewReplacer("{doc}", block, "{dir}", dir, "{port80}", p.port80, "{debian}", debianDefault).Replace(mainConf)
 	confPath := filepath.Join(dir, "nginx.conf")
 	require.NoError(t, os.WriteFile(confPath, []byte(conf), 0o600))
 	errorLog := filepath.Join(dir, "error.log")
@@ -345,8 +494,12 @@ func tryNginx(t *testing.T, bin, sidecarAddr, appAddr string) (string, error) {
 		// The snippet through nginx: proves nginx (not whoever else may hold
 		// the port) serves, and that it reaches the sidecar.
 		if resp, err := probe.Get(site + base + "/anteroom.js"); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			_ = resp.Body.Close()
+			if bytes.HasPrefix(body, []byte(debianDefault)) {
+				stop()
+				t.Fatalf("%s: the nginx block lost %s to Debian's default site (listen 80 without a server_name the request names)\n%s", docPath, site, logs())
+			}
 			if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Server"), "nginx") {
 				t.Cleanup(func() {
 					stop()
@@ -363,6 +516,28 @@ func tryNginx(t *testing.T, bin, sidecarAddr, appAddr string) (string, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	return port
+}
+
+// TestNginxAcceptsTheDocBlockVerbatim runs `nginx -t` on the doc's block
+// exactly as written (hosts that do not resolve, for instance, fail it),
+// beside Debian's default site on port 80.
+func TestNginxAcceptsTheDocBlockVerbatim(t *testing.T) {
+	bin := nginxBinary(t)
+	dir := t.TempDir()
+	conf := strings.NewReplacer("{doc}", docBlock(t), "{dir}", dir, "{port80}", "80", "{debian}", debianDefault).Replace(mainConf)
+	confPath := filepath.Join(dir, "nginx.conf")
+	require.NoError(t, os.WriteFile(confPath, []byte(conf), 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "-t", "-q", "-c", confPath, "-p", dir+"/", "-e", filepath.Join(dir, "error.log")).CombinedOutput()
+	require.NoError(t, err, "nginx -t on the block of %s as written:\n%s", docPath, out)
 }
 
 // freeAddr returns a loopback address nobody listened on a moment ago.
@@ -407,6 +582,15 @@ func send(t *testing.T, c *http.Client, method, target, contentType, body string
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
+	}
+	return do(t, c, req)
+}
+
+// do sends req, as a browser asking for a page unless it says otherwise.
+func do(t *testing.T, c *http.Client, req *http.Request) reply {
+	t.Helper()
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
 	}
 	resp, err := c.Do(req)
 	require.NoError(t, err)

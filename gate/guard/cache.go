@@ -8,7 +8,8 @@ import (
 )
 
 // maxCacheKey is the longest key cached: three tokens of the longest valid
-// length plus the gate fit well within it. Requests with longer credentials
+// length plus the gate fit well within it (two cookies, as a sibling
+// subdomain may add, too). Requests with longer credentials
 // are not cached (they carry no valid token anyway, or garbage).
 const maxCacheKey = 1024
 
@@ -38,7 +39,7 @@ func newCache(ttl time.Duration, max int, now func() time.Time) *cache {
 // prefixed with its length so that no two different sets share a key.
 func cacheKey(gate string, c credentials) string {
 	var b strings.Builder
-	for _, part := range [...]string{gate, c.bearer, c.query, c.cookie} {
+	for _, part := range append([]string{gate, c.bearer, c.query}, c.cookies...) {
 		b.WriteString(strconv.Itoa(len(part)))
 		b.WriteByte(':')
 		b.WriteString(part)

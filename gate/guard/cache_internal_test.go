@@ -47,4 +47,10 @@ func TestCacheKeyIsUnambiguous(t *testing.T) {
 	assert.NotEqual(t, a, b)
 	assert.NotEqual(t, b, c)
 	assert.NotEqual(t, c, d)
+	e := cacheKey("g", credentials{cookies: []string{"x", "y"}})
+	f := cacheKey("g", credentials{cookies: []string{"xy"}})
+	g := cacheKey("g", credentials{cookies: []string{"y", "x"}})
+	assert.NotEqual(t, e, f)
+	assert.NotEqual(t, e, g)
+	assert.NotEqual(t, f, c)
 }

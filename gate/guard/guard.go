@@ -22,7 +22,7 @@
 // session.ErrUnavailable when the answer cannot be had (sidecar down, 5xx,
 // timeout, waitlist closed).
 //
-// The package imports the standard library and anteroom's session,
+// The package imports the standard library and anteroom's session, gate/wire,
 // gate/token and static (itself standard library only): no SQLite, echo or
 // websocket module. The echo adapter is package guardecho.
 package guard
@@ -32,23 +32,24 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
 // CookieName is the cookie that carries the session token; the same as the
-// sidecar's.
-const CookieName = "anteroom_session"
+// sidecar's (wire.CookieName).
+const CookieName = wire.CookieName
 
 // DefaultGate is the gate a checker guards when its options name none.
 const DefaultGate = "default"
 
 // CodeNoSession is the error code of a request without a valid session, as
-// the sidecar writes it in {"error":{"code":"no_session"}} with status 401.
-const CodeNoSession session.Code = "no_session"
+// the sidecar writes it in {"error":{"code":"no_session"}} with status 401
+// (wire.CodeNoSession).
+const CodeNoSession = wire.CodeNoSession
 
 // ErrNoSession is returned (possibly wrapped) when a request carries no
 // session token that verifies, or when the session it names no longer exists
@@ -95,61 +96,76 @@ type Checker interface {
 }
 
 // SessionID returns the id of the session r carries: from the
-// Authorization: Bearer header, ?session=, or the CookieName cookie, the
-// first whose token verifies under signer, exactly as the sidecar reads it.
-// It returns false when none verifies. It never fails otherwise.
+// Authorization: Bearer header, ?session=, or a CookieName cookie (of which a
+// request may carry several, one set by a sibling subdomain), the first
+// whose token verifies under signer, exactly as the sidecar reads it. It
+// returns false when none verifies. It never fails otherwise, and allocates
+// nothing unless the request has a query.
 func SessionID(r *http.Request, signer *token.Signer) (string, bool) {
-	c := credentialsOf(r)
-	for _, tok := range [...]string{c.bearer, c.query, c.cookie} {
-		if tok == "" {
-			continue
-		}
-		if id, ok := signer.Verify(tok); ok {
-			return id, true
+	c, ok := SessionClaims(r, signer)
+	return c.ID, ok
+}
+
+// SessionClaims is SessionID returning the verified token's claims (expiry,
+// whether it should be re-issued). It returns false when no token verifies.
+func SessionClaims(r *http.Request, signer *token.Signer) (token.Claims, bool) {
+	if tok := wire.BearerToken(r.Header); tok != "" {
+		if claims, ok := signer.Check(tok); ok {
+			return claims, true
 		}
 	}
-	return "", false
+	if tok := queryToken(r); tok != "" {
+		if claims, ok := signer.Check(tok); ok {
+			return claims, true
+		}
+	}
+	for tok := range wire.Cookies(r.Header, CookieName) {
+		if claims, ok := signer.Check(tok); ok {
+			return claims, true
+		}
+	}
+	return token.Claims{}, false
 }
 
-// credentials are the three places a token may be, unverified.
+func queryToken(r *http.Request) string {
+	if r.URL == nil || r.URL.RawQuery == "" {
+		return ""
+	}
+	return r.URL.Query().Get(wire.SessionParam)
+}
+
+// credentials are the places a token may be, unverified.
 type credentials struct {
-	bearer, query, cookie string
+	bearer, query string
+	cookies       []string
 }
 
-func (c credentials) empty() bool { return c.bearer == "" && c.query == "" && c.cookie == "" }
+func (c credentials) empty() bool { return c.bearer == "" && c.query == "" && len(c.cookies) == 0 }
 
 func credentialsOf(r *http.Request) credentials {
-	var c credentials
-	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		c.bearer = strings.TrimSpace(h[7:])
+	c := credentials{bearer: wire.BearerToken(r.Header), query: queryToken(r)}
+	for v := range wire.Cookies(r.Header, CookieName) {
+		if cookieToken(v) {
+			c.cookies = append(c.cookies, v)
+		}
 	}
-	if r.URL != nil && r.URL.RawQuery != "" {
-		c.query = r.URL.Query().Get("session")
-	}
-	c.cookie = cookieValue(r.Header, CookieName)
 	return c
 }
 
-// cookieValue finds one cookie by name without parsing the others
-// (http.Request.Cookie builds every cookie of the header): the check runs on
-// every request of the app. Like net/http it takes the first of that name
-// and drops the quotes around a quoted value.
-func cookieValue(h http.Header, name string) string {
-	for _, line := range h["Cookie"] {
-		for line != "" {
-			var part string
-			part, line, _ = strings.Cut(line, ";")
-			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-			if !ok || strings.TrimSpace(k) != name {
-				continue
-			}
-			if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
-				v = v[1 : len(v)-1]
-			}
-			return v
+// cookieToken reports whether a cookie value could be a token, and so is
+// worth forwarding: not empty, not longer than token.MaxLength, and only
+// bytes a cookie value carries unquoted (net/http would log and drop the
+// others, one log line per request an attacker sends).
+func cookieToken(v string) bool {
+	if v == "" || len(v) > token.MaxLength {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b <= ' ' || b >= 0x7f || b == '"' || b == ';' || b == '\\' {
+			return false
 		}
 	}
-	return ""
+	return true
 }
 
 // RetryAfter returns when a waiting session should ask again, from its view:

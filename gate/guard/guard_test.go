@@ -23,6 +23,16 @@ const (
 	acceptBrowser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 )
 
+// forge returns a well-formed token for id signed with another key.
+func forge(t *testing.T, id string) string {
+	t.Helper()
+	other, err := token.NewSigner([]byte(strings.Repeat("x", 32)))
+	require.NoError(t, err)
+	tok, err := other.Sign(id)
+	require.NoError(t, err)
+	return tok
+}
+
 // checkers returns, for e, the in-process checker and a remote one against
 // e's sidecar, so that every case runs over both.
 func checkers(t *testing.T, e *env) map[string]guard.Checker {
@@ -42,10 +52,7 @@ func TestMiddleware(t *testing.T) {
 	require.Equal(t, session.StatusWaiting, st)
 	gone, _ := e.join(t, "carol")
 	require.NoError(t, e.waitlist.Release(context.Background(), "default", "carol"))
-	other, err := token.NewSigner([]byte(strings.Repeat("x", 32)))
-	require.NoError(t, err)
-	forged, err := other.Sign("alice")
-	require.NoError(t, err)
+	forged := forge(t, "alice")
 
 	for name, c := range checkers(t, e) {
 		t.Run(name, func(t *testing.T) {
@@ -339,4 +346,61 @@ func TestMiddlewareRedirectToWaitingPage(t *testing.T) {
 			assert.Zero(t, reached.Load())
 		})
 	}
+}
+
+// A sibling subdomain may set its own anteroom_session cookie for the parent
+// domain: the first cookie that verifies names the session, for both
+// checkers (the remote one forwards every cookie of that name).
+func TestTwoSessionCookiesTheFirstThatVerifiesWins(t *testing.T) {
+	e := newEnv(t, 1)
+	active, st := e.join(t, "alice")
+	require.Equal(t, session.StatusActive, st)
+	forged := forge(t, "alice")
+
+	for name, c := range checkers(t, e) {
+		t.Run(name, func(t *testing.T) {
+			url, reached := app(t, guard.Middleware(c, guard.MiddlewareOptions{}))
+			for _, cookie := range []string{
+				guard.CookieName + "=" + forged + "; " + guard.CookieName + "=" + active,
+				guard.CookieName + "=garbage; other=1; " + guard.CookieName + "=" + active,
+				guard.CookieName + "=" + active + "; " + guard.CookieName + "=" + forged,
+			} {
+				req, err := http.NewRequest(http.MethodGet, url, nil)
+				require.NoError(t, err)
+				req.Header.Set("Cookie", cookie)
+				req.Header.Set("Accept", acceptJSON)
+				before := reached.Load()
+				r := send(t, req)
+				require.Equal(t, http.StatusOK, r.status, "Cookie: %s: %s", cookie, r.raw)
+				assert.Equal(t, before+1, reached.Load())
+			}
+			req, err := http.NewRequest(http.MethodGet, url, nil)
+			require.NoError(t, err)
+			req.Header.Set("Cookie", guard.CookieName+"="+forged+"; "+guard.CookieName+"=garbage")
+			req.Header.Set("Accept", acceptJSON)
+			requireJSONError(t, send(t, req), http.StatusUnauthorized, "no_session")
+		})
+	}
+}
+
+// SessionID runs on every request of the app: finding the token in the
+// cookies (the second, behind a forged one) allocates nothing beyond what
+// verifying the two tokens does.
+func TestSessionIDAllocatesNothingBeyondVerifying(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts vary under the race detector (sync.Pool drops items at random); run without -race")
+	}
+	signer, err := token.NewSigner([]byte(strings.Repeat("k", 32)))
+	require.NoError(t, err)
+	tok, err := signer.Sign("alice")
+	require.NoError(t, err)
+	forged := forge(t, "alice")
+	verifying := testing.AllocsPerRun(100, func() { signer.Verify(forged); signer.Verify(tok) })
+
+	r := httptest.NewRequest(http.MethodGet, "/app", nil)
+	r.Header.Set("Cookie", "a=1; "+guard.CookieName+"="+forged+"; b=2; "+guard.CookieName+"="+tok)
+	var id string
+	allocs := testing.AllocsPerRun(100, func() { id, _ = guard.SessionID(r, signer) })
+	assert.Equal(t, "alice", id)
+	assert.Equal(t, verifying, allocs)
 }

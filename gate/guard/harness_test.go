@@ -16,6 +16,7 @@ import (
 
 	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"github.com/anteroomhq/anteroom/session/sqlite"
@@ -146,15 +147,10 @@ func send(t *testing.T, req *http.Request) reply {
 	require.NoError(t, err)
 	r := reply{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		var body struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
+		var body wire.ErrorBody
 		require.NoError(t, json.Unmarshal(raw, &body), r.raw)
 		assert.NotEmpty(t, body.Error.Message, r.raw)
-		r.code = body.Error.Code
+		r.code = string(body.Error.Code)
 	}
 	return r
 }

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/static"
 )
@@ -133,31 +133,32 @@ func (g *Guard) Deny(w http.ResponseWriter, r *http.Request, err error) {
 	var notActive *NotActiveError
 	switch {
 	case errors.Is(err, ErrNoSession):
-		g.answer(w, r, http.StatusUnauthorized, CodeNoSession, "no valid session: join the line first")
+		g.answer(w, r, CodeNoSession, "no valid session: join the line first")
 	case errors.As(err, &notActive):
 		h.Set("Retry-After", retryAfterSeconds(notActive))
-		g.answer(w, r, http.StatusForbidden, session.CodeNotActive, "waiting in line")
+		g.answer(w, r, session.CodeNotActive, "waiting in line")
 	case errors.Is(err, session.ErrNotActive):
 		h.Set("Retry-After", retryAfterSeconds(nil))
-		g.answer(w, r, http.StatusForbidden, session.CodeNotActive, "waiting in line")
+		g.answer(w, r, session.CodeNotActive, "waiting in line")
 	case errors.Is(err, session.ErrUnavailable):
 		h.Set("Retry-After", unavailableRetryAfter)
-		writeJSONError(w, r, http.StatusServiceUnavailable, session.CodeUnavailable, "the waiting line cannot be checked now: try again shortly")
+		wire.WriteError(w, r, session.CodeUnavailable, "the waiting line cannot be checked now: try again shortly")
 	default:
-		writeJSONError(w, r, http.StatusInternalServerError, session.CodeInternal, "internal error")
+		wire.WriteError(w, r, session.CodeInternal, "internal error")
 	}
 }
 
-// answer sends the waiting page to browsers and the JSON error to the rest.
-func (g *Guard) answer(w http.ResponseWriter, r *http.Request, status int, code session.Code, msg string) {
+// answer sends the waiting page to browsers and the JSON error to the rest,
+// under the code's status.
+func (g *Guard) answer(w http.ResponseWriter, r *http.Request, code session.Code, msg string) {
 	if g.page == nil || !g.opts.WantsPage(r) {
-		writeJSONError(w, r, status, code, msg)
+		wire.WriteError(w, r, code, msg)
 		return
 	}
 	h := w.Header()
 	if g.opts.RedirectToWaitingPage {
 		q := url.Values{"gate": {g.checker.Gate()}}
-		if next := r.URL.RequestURI(); localPath(next) {
+		if next := r.URL.RequestURI(); wire.LocalPath(next) {
 			q.Set("next", next)
 		}
 		h.Set("Location", g.opts.BasePath+"/?"+q.Encode())
@@ -167,15 +168,10 @@ func (g *Guard) answer(w http.ResponseWriter, r *http.Request, status int, code 
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(g.page)))
 	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
+	w.WriteHeader(wire.Status(code))
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(g.page)
 	}
-}
-
-// localPath reports whether p is a path on this origin, safe as ?next=.
-func localPath(p string) bool {
-	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.HasPrefix(p, "/\\") && !strings.ContainsAny(p, "\r\n")
 }
 
 // WantsPage reports whether r looks like a browser navigation, which gets the
@@ -191,28 +187,6 @@ func WantsPage(r *http.Request) bool {
 		return false
 	}
 	return strings.Contains(accept, "text/html") || r.Header.Get("Sec-Fetch-Mode") == "navigate"
-}
-
-// errorBody is the sidecar's error body: {"error":{"code":...,"message":...}}.
-type errorBody struct {
-	Error struct {
-		Code    session.Code `json:"code"`
-		Message string       `json:"message"`
-	} `json:"error"`
-}
-
-func writeJSONError(w http.ResponseWriter, r *http.Request, status int, code session.Code, msg string) {
-	var body errorBody
-	body.Error.Code, body.Error.Message = code, msg
-	b, _ := json.Marshal(body) // cannot fail: two strings
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)+1))
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(append(b, '\n'))
-	}
 }
 
 // retryAfterSeconds renders a waiting session's Retry-After: its hint

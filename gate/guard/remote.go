@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
@@ -55,8 +56,8 @@ type RemoteOptions struct {
 }
 
 // Remote is the Checker of an app beside an anteroom sidecar: it asks the
-// sidecar's GET {base}/check, forwarding the request's token (the
-// Authorization: Bearer header, ?session= and the CookieName cookie, and
+// sidecar's GET {base}/check, forwarding the request's tokens (the
+// Authorization: Bearer header, ?session= and the CookieName cookies, and
 // nothing else of the request). It cannot verify tokens itself: the sidecar
 // picks the first that verifies. Safe for concurrent use.
 //
@@ -170,7 +171,7 @@ func (c *Remote) ask(ctx context.Context, cred credentials) error {
 	defer cancel()
 	target := c.checkURL
 	if cred.query != "" {
-		target += "&session=" + url.QueryEscape(cred.query)
+		target += "&" + wire.SessionParam + "=" + url.QueryEscape(cred.query)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
@@ -181,8 +182,8 @@ func (c *Remote) ask(ctx context.Context, cred credentials) error {
 	if cred.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+cred.bearer)
 	}
-	if cred.cookie != "" {
-		req.AddCookie(&http.Cookie{Name: CookieName, Value: cred.cookie})
+	for _, v := range cred.cookies { // all of them: the sidecar picks the first that verifies
+		req.AddCookie(&http.Cookie{Name: CookieName, Value: v})
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
@@ -195,12 +196,7 @@ func (c *Remote) ask(ctx context.Context, cred credentials) error {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswerBytes)) // let the connection be reused
 
-	var answer struct {
-		Error struct {
-			Code    session.Code `json:"code"`
-			Message string       `json:"message"`
-		} `json:"error"`
-	}
+	var answer wire.ErrorBody
 	_ = json.Unmarshal(body, &answer) // a body that is not the contract's leaves the code empty
 	code := answer.Error.Code
 	switch {

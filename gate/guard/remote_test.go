@@ -1,9 +1,13 @@
 package guard_test
 
 import (
+	"bytes"
 	"context"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anteroomhq/anteroom/gate/guard"
+	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sessiontest"
 )
@@ -122,6 +127,41 @@ func TestRemoteForwardsOnlyTheToken(t *testing.T) {
 	err = rc.ValidateSessionIsActive(httptest.NewRequest(http.MethodGet, "/", nil))
 	assert.ErrorIs(t, err, guard.ErrNoSession)
 	assert.Empty(t, got)
+}
+
+// Every anteroom_session cookie that could be a token goes to the sidecar,
+// in order (it picks the first that verifies); values no token can have are
+// not forwarded, so they neither reach the sidecar nor make net/http log
+// a line per request.
+func TestRemoteForwardsEveryCookieThatCouldBeAToken(t *testing.T) {
+	got := make(chan *http.Request, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r
+	}))
+	t.Cleanup(ts.Close)
+	rc, err := guard.NewRemote(ts.URL+"/anteroom", guard.RemoteOptions{})
+	require.NoError(t, err)
+	var logged bytes.Buffer
+	log.SetOutput(&logged)
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+
+	r := httptest.NewRequest(http.MethodGet, "/x", nil)
+	r.Header.Set("Cookie", "anteroom_session=sibling.tok; anteroom_session=a\\b; anteroom_session=caf\xc3\xa9; "+
+		"anteroom_session=; anteroom_session="+strings.Repeat("x", token.MaxLength+1)+"; anteroom_session=host.tok")
+	require.NoError(t, rc.ValidateSessionIsActive(r))
+	sr := <-got
+	var values []string
+	for _, c := range sr.Cookies() {
+		values = append(values, c.Name+"="+c.Value)
+	}
+	assert.Equal(t, []string{"anteroom_session=sibling.tok", "anteroom_session=host.tok"}, values)
+	assert.Empty(t, logged.String())
+
+	// Only values that cannot be tokens: no session, and no call.
+	r.Header.Set("Cookie", "anteroom_session=a\\b; anteroom_session=\"\"")
+	assert.ErrorIs(t, rc.ValidateSessionIsActive(r), guard.ErrNoSession)
+	assert.Empty(t, got)
+	assert.Empty(t, logged.String())
 }
 
 func TestNewRemoteOptions(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"github.com/anteroomhq/anteroom/gate/guard"
 	"github.com/anteroomhq/anteroom/gate/guardecho"
 	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"github.com/anteroomhq/anteroom/session/sqlite"
@@ -116,11 +117,9 @@ func get(t *testing.T, url, tok, accept string) reply {
 	require.NoError(t, err)
 	r := reply{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
 	if resp.Header.Get("Content-Type") == "application/json" {
-		var body struct {
-			Error struct{ Code string } `json:"error"`
-		}
+		var body wire.ErrorBody
 		require.NoError(t, json.Unmarshal(raw, &body), r.raw)
-		r.code = body.Error.Code
+		r.code = string(body.Error.Code)
 	}
 	return r
 }

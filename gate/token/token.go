@@ -1,6 +1,22 @@
-// Package token signs and verifies anteroom session tokens: "<id>.<mac>",
-// where mac is the unpadded base64url HMAC-SHA256 of id under a secret key.
-// A token whose MAC does not verify names no session at all.
+// Package token signs and verifies anteroom session tokens and tickets.
+//
+// A session token is "<id>.<exp>.<mac>": the session id, the expiry in unix
+// seconds (decimal), and the unpadded base64url HMAC-SHA256 of
+// "s2\x00<id>\x00<exp>" under the secret key. Tokens of the first format,
+// "<id>.<mac>" with the MAC of the bare id and no expiry, still verify (they
+// are migrated: [Claims.Renew] is set, and the sidecar re-issues them in the
+// current format). A token whose MAC does not verify, or that has expired,
+// names no session at all.
+//
+// A ticket is a short-lived credential for one purpose (PurposeWS,
+// PurposeLeave) of one session at one gate, for the places where a browser
+// cannot send a header (a WebSocket handshake, sendBeacon): "<exp>.<id>.<mac>"
+// with the MAC of "t1\x00<purpose>\x00<gate>\x00<id>\x00<exp>". A ticket is not
+// a session token and a session token is not a ticket.
+//
+// A previous secret (key rotation) keeps verifying: tokens signed with it
+// are accepted with Renew set, so that they are re-issued under the current
+// key. Tickets verify under the current key only.
 //
 // Standard library only, so that host apps can verify tokens without the
 // sidecar's dependencies.
@@ -14,8 +30,10 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -23,76 +41,253 @@ import (
 // MinSecretLength is the shortest key NewSigner accepts, in bytes.
 const MinSecretLength = 32
 
+// DefaultTTL is how long a session token is valid when Options.TTL is 0.
+const DefaultTTL = 24 * time.Hour
+
+// TicketTTL is how long a ticket is valid.
+const TicketTTL = 60 * time.Second
+
+// Ticket purposes.
+const (
+	PurposeWS    = "ws"    // opens the websocket of the session
+	PurposeLeave = "leave" // marks the session's departure (beacon)
+)
+
 // macLength is the length of an encoded MAC: 32 bytes in unpadded base64url.
 var macLength = base64.RawURLEncoding.EncodedLen(sha256.Size)
 
+// maxExpLength bounds the decimal expiry of a token (int64 seconds).
+const maxExpLength = 19
+
 // MaxLength is the longest token Verify considers; longer ones are refused
 // before any hashing.
-var MaxLength = session.MaxIDLength + 1 + macLength
+var MaxLength = session.MaxIDLength + 1 + maxExpLength + 1 + macLength
 
-// Signer signs and verifies tokens under one key. Safe for concurrent use.
+// Options configure a Signer beyond its secret.
+type Options struct {
+	// Previous is the secret used before the current one, or nil. Tokens it
+	// signed keep verifying (and are to be re-issued); it signs nothing.
+	Previous []byte
+	// TTL is how long a signed token is valid. Default DefaultTTL.
+	TTL time.Duration
+	// Now tells the time. Default time.Now.
+	Now func() time.Time
+}
+
+// Signer signs and verifies tokens under one key (and verifies under a
+// previous one). Safe for concurrent use.
 type Signer struct {
+	cur, prev *keyState
+	ttl       time.Duration
+	now       func() time.Time
+}
+
+type keyState struct {
 	key []byte
 	// macs pools keyed HMAC states: hmac.New costs two hash states and the
 	// keyed pads per call, and Verify sits on every checked request.
 	macs sync.Pool
 }
 
-// NewSigner returns a Signer for secret. It returns an error when secret is
-// shorter than MinSecretLength bytes.
+func newKey(secret []byte) *keyState {
+	k := &keyState{key: append([]byte(nil), secret...)}
+	k.macs.New = func() any { return hmac.New(sha256.New, k.key) }
+	return k
+}
+
+// NewSigner returns a Signer for secret with the default options. It returns
+// an error when secret is shorter than MinSecretLength bytes.
 func NewSigner(secret []byte) (*Signer, error) {
+	return NewSignerWithOptions(secret, Options{})
+}
+
+// NewSignerWithOptions returns a Signer for secret. It returns an error when
+// secret or a non-empty opts.Previous is shorter than MinSecretLength bytes,
+// or opts.TTL is negative.
+func NewSignerWithOptions(secret []byte, opts Options) (*Signer, error) {
 	if len(secret) < MinSecretLength {
 		return nil, fmt.Errorf("token: secret of %d bytes: want at least %d", len(secret), MinSecretLength)
 	}
-	s := &Signer{key: append([]byte(nil), secret...)}
-	s.macs.New = func() any { return hmac.New(sha256.New, s.key) }
+	if len(opts.Previous) > 0 && len(opts.Previous) < MinSecretLength {
+		return nil, fmt.Errorf("token: previous secret of %d bytes: want at least %d", len(opts.Previous), MinSecretLength)
+	}
+	if opts.TTL < 0 {
+		return nil, fmt.Errorf("token: negative TTL %v", opts.TTL)
+	}
+	s := &Signer{cur: newKey(secret), ttl: opts.TTL, now: opts.Now}
+	if len(opts.Previous) > 0 {
+		s.prev = newKey(opts.Previous)
+	}
+	if s.ttl == 0 {
+		s.ttl = DefaultTTL
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
 	return s, nil
 }
 
-// Sign returns the token for session id. It returns an error when id is not a
-// valid session id (session.ValidID).
+// TTL returns how long a token signed now stays valid.
+func (s *Signer) TTL() time.Duration { return s.ttl }
+
+// Sign returns a token for session id, valid for the Signer's TTL. It
+// returns an error when id is not a valid session id (session.ValidID).
 func (s *Signer) Sign(id string) (string, error) {
 	if !session.ValidID(id) {
 		return "", errors.New("token: invalid session id")
 	}
-	return id + "." + s.mac(id), nil
+	exp := strconv.FormatInt(s.now().Add(s.ttl).Unix(), 10)
+	var sum [sha256.Size]byte
+	return id + "." + exp + "." + base64.RawURLEncoding.EncodeToString(s.cur.sum(sum[:0], "s2", id, exp)), nil
+}
+
+// Claims is what a verified token says.
+type Claims struct {
+	// ID is the session id.
+	ID string
+	// Expires is when the token stops verifying; zero for a token of the
+	// first format, which has no expiry.
+	Expires time.Time
+	// Renew is set when the token should be replaced by a fresh one (Sign):
+	// it is of the first format, was signed with the previous secret, or has
+	// used more than half of its lifetime.
+	Renew bool
 }
 
 // Verify returns the session id a token names, and false when the token is
-// malformed, too long, or its MAC does not verify.
+// malformed, too long, expired, or its MAC does not verify.
 func (s *Signer) Verify(tok string) (string, bool) {
+	c, ok := s.Check(tok)
+	return c.ID, ok
+}
+
+// Check verifies a token as Verify does and returns its claims; ok is false
+// when it does not verify.
+func (s *Signer) Check(tok string) (Claims, bool) {
 	if len(tok) > MaxLength {
+		return Claims{}, false
+	}
+	id, rest, ok := strings.Cut(tok, ".")
+	if !ok || !session.ValidID(id) {
+		return Claims{}, false
+	}
+	exp, mac, current := strings.Cut(rest, ".")
+	if !current { // the first format: "<id>.<mac>"
+		mac = exp
+		for _, k := range s.keys() {
+			if k.verify(mac, "", id) {
+				return Claims{ID: id, Renew: true}, true
+			}
+		}
+		return Claims{}, false
+	}
+	e, ok := parseExp(exp)
+	if !ok || !s.now().Before(time.Unix(e, 0)) {
+		return Claims{}, false
+	}
+	for i, k := range s.keys() {
+		if k.verify(mac, "s2", id, exp) {
+			expires := time.Unix(e, 0)
+			renew := i > 0 || expires.Sub(s.now()) < s.ttl/2
+			return Claims{ID: id, Expires: expires, Renew: renew}, true
+		}
+	}
+	return Claims{}, false
+}
+
+// Ticket returns a ticket for purpose (PurposeWS or PurposeLeave) of session
+// id at gate, valid for TicketTTL. It returns an error for an unknown
+// purpose, an invalid session id or an invalid gate name.
+func (s *Signer) Ticket(purpose, gate, id string) (string, error) {
+	if purpose != PurposeWS && purpose != PurposeLeave {
+		return "", fmt.Errorf("token: unknown ticket purpose %q", purpose)
+	}
+	if !session.ValidID(id) || !session.ValidGateName(gate) {
+		return "", errors.New("token: invalid session id or gate")
+	}
+	exp := strconv.FormatInt(s.now().Add(TicketTTL).Unix(), 10)
+	var sum [sha256.Size]byte
+	return exp + "." + id + "." + base64.RawURLEncoding.EncodeToString(s.cur.sum(sum[:0], "t1", purpose, gate, id, exp)), nil
+}
+
+// VerifyTicket returns the session id a ticket names, and false unless it was
+// issued for this purpose and gate under the current secret and has not
+// expired.
+func (s *Signer) VerifyTicket(ticket, purpose, gate string) (string, bool) {
+	if len(ticket) > MaxLength {
 		return "", false
 	}
-	id, mac, ok := strings.Cut(tok, ".")
-	if !ok || len(mac) != macLength || !session.ValidID(id) {
+	exp, rest, ok := strings.Cut(ticket, ".")
+	if !ok {
 		return "", false
 	}
-	// Compare raw MACs: decode the token's (strictly: no padding, no stray
-	// bits) rather than encode ours.
-	var got, want [sha256.Size]byte
-	if n, err := base64.RawURLEncoding.Strict().Decode(got[:], []byte(mac)); err != nil || n != sha256.Size {
+	id, mac, ok := strings.Cut(rest, ".")
+	if !ok || !session.ValidID(id) {
 		return "", false
 	}
-	if !hmac.Equal(got[:], s.sum(id, want[:0])) {
+	e, ok := parseExp(exp)
+	if !ok || !s.now().Before(time.Unix(e, 0)) {
+		return "", false
+	}
+	if !s.cur.verify(mac, "t1", purpose, gate, id, exp) {
 		return "", false
 	}
 	return id, true
 }
 
-// sum appends the HMAC of id to b.
-func (s *Signer) sum(id string, b []byte) []byte {
-	h := s.macs.Get().(hash.Hash)
-	h.Reset()
-	h.Write([]byte(id))
-	b = h.Sum(b)
-	s.macs.Put(h)
-	return b
+func (s *Signer) keys() []*keyState {
+	if s.prev == nil {
+		return []*keyState{s.cur}
+	}
+	return []*keyState{s.cur, s.prev}
 }
 
-func (s *Signer) mac(id string) string {
-	var sum [sha256.Size]byte
-	return base64.RawURLEncoding.EncodeToString(s.sum(id, sum[:0]))
+// parseExp reads a decimal expiry: digits only, no sign, no leading zero.
+func parseExp(s string) (int64, bool) {
+	if s == "" || len(s) > maxExpLength || s[0] == '0' {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	e, err := strconv.ParseInt(s, 10, 64)
+	return e, err == nil
+}
+
+// verify reports whether mac (encoded) is the MAC of the parts. With an
+// empty domain the MAC is of the single part alone (the first format).
+func (k *keyState) verify(mac, domain string, parts ...string) bool {
+	if len(mac) != macLength {
+		return false
+	}
+	// Compare raw MACs: decode the token's (strictly: no padding, no stray
+	// bits) rather than encode ours.
+	var got, want [sha256.Size]byte
+	if n, err := base64.RawURLEncoding.Strict().Decode(got[:], []byte(mac)); err != nil || n != sha256.Size {
+		return false
+	}
+	return hmac.Equal(got[:], k.sum(want[:0], domain, parts...))
+}
+
+// sum appends to b the HMAC of domain and parts, each followed by a zero
+// byte; with an empty domain, of the one part alone.
+func (k *keyState) sum(b []byte, domain string, parts ...string) []byte {
+	h := k.macs.Get().(hash.Hash)
+	h.Reset()
+	if domain == "" {
+		h.Write([]byte(parts[0]))
+	} else {
+		h.Write([]byte(domain))
+		for _, p := range parts {
+			h.Write([]byte{0})
+			h.Write([]byte(p))
+		}
+	}
+	b = h.Sum(b)
+	k.macs.Put(h)
+	return b
 }
 
 // NewID returns a fresh random session id: 16 bytes from crypto/rand, as 22

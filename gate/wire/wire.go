@@ -1,0 +1,206 @@
+// Package wire is the one home of anteroom's HTTP wire contract, as clients,
+// the snippet, host apps and tests see it: the names of the cookie, headers
+// and query parameters that carry a session, the error body and the error
+// codes of the HTTP layer, the one mapping from error codes to HTTP statuses,
+// the websocket messages, and the small parsers every side shares (Bearer
+// tokens, cookies, local paths).
+//
+// The sidecar (package gate), the host apps' middleware (gate/guard) and the
+// websocket hub (broadcast) all import it, so that none of them writes the
+// contract out again. It imports the standard library and package session
+// (for session.Code and the views) only, and stays that way: gate/guard,
+// which host apps import, depends on it.
+package wire
+
+import (
+	"encoding/json"
+	"iter"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// The names that carry a session, a gate or a key on a request.
+const (
+	// CookieName is the cookie that carries the session token.
+	CookieName = "anteroom_session"
+	// SessionParam is the query parameter that carries the session token
+	// where neither the cookie nor a header can (websocket, beacon).
+	SessionParam = "session"
+	// GateParam is the query parameter that names the gate.
+	GateParam = "gate"
+	// SessionHeader names the verified session: on a 200 answer of the
+	// forward-auth check, and on requests the proxy passes to the app.
+	SessionHeader = "X-Anteroom-Session"
+	// GateHeader names the gate when ?gate= cannot (forward-auth requests),
+	// and the gate of a request the proxy passes to the app.
+	GateHeader = "X-Anteroom-Gate"
+	// APIKeyHeader carries a backend's API key (Authorization: Bearer works
+	// too).
+	APIKeyHeader = "X-Anteroom-Key"
+)
+
+// The error codes of the HTTP layer, beyond those of package session.
+const (
+	CodeInvalidJSON      session.Code = "invalid_json"
+	CodeBodyTooLarge     session.Code = "body_too_large"
+	CodeNoSession        session.Code = "no_session"
+	CodeRouteNotFound    session.Code = "not_found"
+	CodeMethodNotAllowed session.Code = "method_not_allowed"
+	CodeRateLimited      session.Code = "rate_limited"
+	CodeBadGateway       session.Code = "bad_gateway"
+	CodeGatewayTimeout   session.Code = "gateway_timeout"
+	CodeAPIKeyRequired   session.Code = "api_key_required"
+	CodeCrossOrigin      session.Code = "cross_origin"
+	CodeInvalidTicket    session.Code = "invalid_ticket"
+)
+
+// Status is the one place where error codes become HTTP statuses. A code it
+// does not know, session.CodeInternal among them, is a 500. It never fails.
+func Status(code session.Code) int {
+	switch code {
+	case session.CodeInvalidArgument, CodeInvalidJSON:
+		return http.StatusBadRequest
+	case CodeNoSession, CodeAPIKeyRequired, CodeInvalidTicket:
+		return http.StatusUnauthorized
+	case session.CodeNotActive, CodeCrossOrigin:
+		return http.StatusForbidden
+	case session.CodeUnknownGate, session.CodeNotFound, CodeRouteNotFound:
+		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case CodeBodyTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeRateLimited:
+		return http.StatusTooManyRequests
+	case session.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case CodeBadGateway:
+		return http.StatusBadGateway
+	case CodeGatewayTimeout:
+		return http.StatusGatewayTimeout
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// ErrorBody is the JSON body of every error answer:
+// {"error":{"code":"snake_case","message":"..."}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of an ErrorBody.
+type ErrorDetail struct {
+	Code    session.Code `json:"code"`
+	Message string       `json:"message"`
+}
+
+// NewErrorBody returns the error body of code and message. It never fails.
+func NewErrorBody(code session.Code, message string) ErrorBody {
+	return ErrorBody{ErrorDetail{Code: code, Message: message}}
+}
+
+// WriteError answers r with the error body of code and message, under the
+// code's Status, as application/json with a Content-Length and nosniff (the
+// body is left out for HEAD). Headers already set on w, such as Retry-After
+// or Cache-Control, are kept. It never fails: a write error means the client
+// is gone.
+func WriteError(w http.ResponseWriter, r *http.Request, code session.Code, message string) {
+	b, _ := json.Marshal(NewErrorBody(code, message)) // cannot fail: two strings
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(Status(code))
+	if r == nil || r.Method != http.MethodHead {
+		_, _ = w.Write(b)
+	}
+}
+
+// The types of the websocket's server → client messages.
+const (
+	MessageGlobal  = "global"
+	MessageSession = "session"
+)
+
+// GlobalMessage is the websocket message {"type":"global", ...GlobalView}.
+type GlobalMessage struct {
+	Type string `json:"type"`
+	session.GlobalView
+}
+
+// SessionMessage is the websocket message {"type":"session", ...SessionView}.
+type SessionMessage struct {
+	Type string `json:"type"`
+	session.SessionView
+}
+
+// BearerToken returns the token of h's "Authorization: Bearer <token>"
+// (the scheme in any case, the token trimmed), or "" when there is none. It
+// never fails.
+func BearerToken(h http.Header) string {
+	a := h.Get("Authorization")
+	if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	return ""
+}
+
+// MaxCookies is how many values of one cookie name Cookies yields at most:
+// a browser sends one per matching domain and path, a handful; a request
+// with more is forged, and must not make the server verify thousands.
+const MaxCookies = 8
+
+// Cookies yields the values of the cookies called name in h's Cookie
+// headers, in the order sent, at most MaxCookies of them, without parsing
+// the other cookies (http.Request.Cookie builds every cookie of the header,
+// and the check runs on every request of the app). Like net/http it drops
+// the quotes around a quoted value. Two cookies of one name are common: one
+// set for this host and one by a sibling subdomain for the parent domain;
+// the caller picks the first that verifies. It never fails and does not
+// allocate.
+func Cookies(h http.Header, name string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		n := 0
+		for _, line := range h["Cookie"] {
+			for line != "" {
+				var part string
+				part, line, _ = strings.Cut(line, ";")
+				k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+				if !ok || strings.TrimSpace(k) != name {
+					continue
+				}
+				if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
+					v = v[1 : len(v)-1]
+				}
+				if !yield(v) {
+					return
+				}
+				if n++; n == MaxCookies {
+					return
+				}
+			}
+		}
+	}
+}
+
+// LocalPath reports whether p is a path on this origin, safe to send a
+// browser to as ?next=: it starts with one "/", not "//host" or "/\\host"
+// (browsers read a backslash as a slash), and holds no control character
+// (browsers drop tabs and line breaks from URLs, so "/\t/host" would be
+// "//host"). It never fails.
+func LocalPath(p string) bool {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < 0x20 || p[i] == 0x7f {
+			return false
+		}
+	}
+	return true
+}
