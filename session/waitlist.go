@@ -23,7 +23,10 @@ type Options struct {
 	// in memory they are always exact. Default 5s; negative disables the
 	// background flusher (Update and Close still flush).
 	TouchInterval time.Duration
-	// UpdateChunk is the most rows one update transaction touches. Default 1000.
+	// UpdateChunk is the most rows one transaction of an update touches
+	// (Store.Update's chunk), and the most refreshes one Store.Touch call
+	// persists: joins queued behind either wait for one such transaction at
+	// most. It is the one setting of that size. Default DefaultUpdateChunk.
 	UpdateChunk int
 	// SweepInterval is how often unclaimed promotions past their deadline
 	// and sessions disconnected past their grace are looked for (Sweep).
@@ -32,9 +35,12 @@ type Options struct {
 	SweepInterval time.Duration
 }
 
+// DefaultUpdateChunk is the default Options.UpdateChunk, and the chunk a
+// Store uses when Update is asked for none.
+const DefaultUpdateChunk = 256
+
 const (
 	defaultTouchInterval = 5 * time.Second
-	defaultUpdateChunk   = 1000
 	defaultSweepInterval = 250 * time.Millisecond
 )
 
@@ -116,7 +122,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		w.log = slog.Default()
 	}
 	if w.chunk <= 0 {
-		w.chunk = defaultUpdateChunk
+		w.chunk = DefaultUpdateChunk
 	}
 	for _, cfg := range gates {
 		if err := cfg.Validate(); err != nil {
@@ -443,6 +449,19 @@ func (w *Waitlist) Global(gate string) (GlobalView, error) {
 	return g.currentView(w.clock.Now()), nil
 }
 
+// Ready reports whether the service can serve: ErrUnavailable after Close,
+// the Store's error when it implements ReadyChecker and cannot write now
+// (for /readyz), nil otherwise.
+func (w *Waitlist) Ready(ctx context.Context) error {
+	if w.closed.Load() {
+		return ErrUnavailable
+	}
+	if rc, ok := w.store.(ReadyChecker); ok {
+		return rc.Ready(ctx)
+	}
+	return nil
+}
+
 // Update runs the cron tick on every gate: it persists pending refreshes,
 // then purges stale sessions and promotes waiters (Store.Update). It returns
 // one report per gate; on error, the reports of the gates done so far and the
@@ -503,7 +522,8 @@ func (w *Waitlist) republishRates() {
 // session, and a waiter's last sign of life when it has moved on by a
 // quarter of the waiting timeout or when its last socket closed. Open
 // sockets count as a sign of life now. It returns the Store's error, or
-// ErrUnavailable.
+// ErrUnavailable. It sends at most Options.UpdateChunk per
+// Store.Touch call.
 func (w *Waitlist) FlushTouches(ctx context.Context) error {
 	now := w.clock.Now().UnixNano()
 	for _, name := range w.names {
@@ -553,20 +573,25 @@ func (w *Waitlist) FlushTouches(ctx context.Context) error {
 		if len(touches) == 0 {
 			continue
 		}
-		if err := w.store.Touch(ctx, name, touches); err != nil {
-			return err
-		}
-		for i, e := range entries {
-			e.persisted.Store(touches[i].LastActive.UnixNano())
-			if touches[i].Claim {
-				e.claimPending.Store(false)
+		for start := 0; start < len(touches); start += w.chunk {
+			chunk := touches[start:min(len(touches), start+w.chunk)]
+			if err := w.store.Touch(ctx, name, chunk); err != nil {
+				return err
 			}
+			g.mu.Lock()
+			for i, t := range chunk {
+				if k := start + i; k < len(entries) {
+					entries[k].persisted.Store(t.LastActive.UnixNano())
+					if t.Claim {
+						entries[k].claimPending.Store(false)
+					}
+				} else {
+					p := waiters[k-len(entries)]
+					p.persisted = max(p.persisted, t.LastActive.UnixNano())
+				}
+			}
+			g.mu.Unlock()
 		}
-		g.mu.Lock()
-		for i, p := range waiters {
-			p.persisted = max(p.persisted, touches[len(entries)+i].LastActive.UnixNano())
-		}
-		g.mu.Unlock()
 	}
 	return nil
 }

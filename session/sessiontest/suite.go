@@ -58,6 +58,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("Leave", func(t *testing.T) { testLeave(t, open) })
 	t.Run("Release", func(t *testing.T) { testRelease(t, open) })
 	t.Run("StaleBoundaries", func(t *testing.T) { testStaleBoundaries(t, open) })
+	t.Run("StaleIsExactlyIsStale", func(t *testing.T) { testStaleIsExactlyIsStale(t, open) })
+	t.Run("ActiveNeverWaitsAgain", func(t *testing.T) { testActiveNeverWaitsAgain(t, open) })
 	t.Run("PromotionCount", func(t *testing.T) { testPromotionCount(t, open) })
 	t.Run("UpdateChunks", func(t *testing.T) { testUpdateChunks(t, open) })
 	t.Run("PositionsNeverReused", func(t *testing.T) { testPositionsNeverReused(t, open) })
