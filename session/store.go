@@ -125,6 +125,12 @@ type Event struct {
 type Commit struct {
 	Events []Event
 	Gates  map[string]GateState
+	// Resync, when set, holds the whole persisted state of the gates it
+	// names: a Store shared by several processes that lost track of the
+	// others' commits read it from its tables. The listener replaces what it
+	// knows of those gates' active sessions with it (Events are then empty;
+	// Gates holds the same states).
+	Resync map[string]GateSnapshot
 }
 
 // Publisher receives what clients must be told. Implementations must not

@@ -33,6 +33,11 @@ type Options struct {
 	// Default 250ms; negative disables the background sweeper (tests call
 	// Sweep themselves).
 	SweepInterval time.Duration
+	// Ready, when set, tells whether memory follows the Store: a Store shared
+	// by several processes returns an error while it may have missed the
+	// others' commits. Validate then answers that error (wrapping
+	// ErrUnavailable) rather than read stale memory. Default: always ready.
+	Ready func() error
 }
 
 // DefaultUpdateChunk is the default Options.UpdateChunk, and the chunk a
@@ -53,6 +58,7 @@ type Waitlist struct {
 	pub    Publisher
 	log    *slog.Logger
 	chunk  int
+	ready  func() error
 	gates  map[string]*gateMemory
 	names  []string
 	closed atomic.Bool
@@ -113,6 +119,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		pub:   opts.Publisher,
 		log:   opts.Logger,
 		chunk: opts.UpdateChunk,
+		ready: opts.Ready,
 		gates: make(map[string]*gateMemory, len(gates)),
 	}
 	if w.clock == nil {
@@ -241,12 +248,16 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 }
 
 // ValidateSessionIsActive returns nil when the session exists and is active,
-// ErrNotActive when it is waiting or unknown, and ErrUnknownGate. It is read
+// ErrNotActive when it is waiting or unknown, ErrUnknownGate, and the error
+// of Options.Ready (ErrUnavailable) while memory may be stale. It is read
 // from memory only and does not allocate.
 func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 	g := w.gates[gate]
 	if g == nil {
 		return ErrUnknownGate
+	}
+	if err := w.following(); err != nil {
+		return err
 	}
 	g.mu.RLock()
 	_, ok := g.active[id]
@@ -264,6 +275,9 @@ func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
 	g := w.gates[gate]
 	if g == nil {
 		return ErrUnknownGate
+	}
+	if err := w.following(); err != nil {
+		return err
 	}
 	g.mu.RLock()
 	e, ok := g.active[id]
@@ -645,6 +659,20 @@ func (w *Waitlist) runSweeper(interval time.Duration) {
 	}
 }
 
+// following returns nil when memory follows the Store (Options.Ready).
+func (w *Waitlist) following() error {
+	if w.ready == nil {
+		return nil
+	}
+	if err := w.ready(); err != nil {
+		if CodeOf(err) != CodeUnavailable {
+			return Errorf(CodeUnavailable, "not following the store: %w", err)
+		}
+		return err
+	}
+	return nil
+}
+
 func (w *Waitlist) gate(name string) (*gateMemory, error) {
 	g := w.gates[name]
 	if g == nil {
@@ -670,6 +698,11 @@ func (w *Waitlist) writable(gate, id string) (*gateMemory, error) {
 // onCommit is the Store's commit listener: it applies the commit to memory,
 // then tells the publisher.
 func (w *Waitlist) onCommit(c Commit) {
+	for name, snap := range c.Resync {
+		if g := w.gates[name]; g != nil {
+			g.resync(snap)
+		}
+	}
 	var promoted []Session
 	for _, ev := range c.Events {
 		g := w.gates[ev.Session.Gate]
@@ -740,6 +773,32 @@ func (w *Waitlist) onCommit(c Commit) {
 			}
 		}
 	}
+}
+
+// resync replaces the gate's active set with snap's, keeping the exact
+// LastActive of the sessions that stay.
+func (g *gateMemory) resync(snap GateSnapshot) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fresh := make(map[string]*activeEntry, len(snap.Active))
+	for _, s := range snap.Active {
+		la := s.LastActive.UnixNano()
+		e := g.active[s.ID]
+		if e == nil || e.position != s.Position {
+			e = &activeEntry{position: s.Position}
+			e.lastActive.Store(la)
+		} else if la > e.lastActive.Load() {
+			e.lastActive.Store(la)
+		}
+		e.persisted.Store(la)
+		e.claimDeadline.Store(0)
+		if !s.ClaimDeadline.IsZero() {
+			e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+		}
+		fresh[s.ID] = e
+	}
+	g.active = fresh
+	g.line.reset(snap.Waiting)
 }
 
 func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {

@@ -740,7 +740,7 @@ func (c Config) Validate() error {
 		return bad("base_path", "%q must be a path such as \"/anteroom\", not \"/\"", c.BasePath)
 	}
 	if strings.TrimSpace(c.Database) == "" {
-		return bad("database", "must name a file")
+		return bad("database", "must name a file or a postgres:// URL")
 	}
 	if _, err := cronjobs.ParseSchedule(c.UpdateInterval); err != nil {
 		return bad("update_interval", "%v", err)

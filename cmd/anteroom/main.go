@@ -35,7 +35,6 @@ import (
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
-	"github.com/anteroomhq/anteroom/session/sqlite"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -121,7 +120,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		return fmt.Errorf("config: update_interval: %w", err)
 	}
 
-	store, err := sqlite.Open(cfg.Database, sqlite.Options{Logger: log})
+	store, storeReady, err := openStore(ctx, cfg.Database, log)
 	if err != nil {
 		return err
 	}
@@ -151,7 +150,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	})
 	defer hub.Close()
 
-	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{Publisher: hub, Logger: log})
+	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{Publisher: hub, Logger: log, Ready: storeReady})
 	if err != nil {
 		return err
 	}
@@ -192,8 +191,14 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		TrustedProxies: trusted,
 		Logger:         log,
 		// /readyz answers 503 while the store cannot write (disk full, I/O
-		// errors, its file removed).
+		// errors, its file removed) or, on a shared store, while this
+		// instance does not follow the others' commits.
 		Ready: func() error {
+			if storeReady != nil {
+				if err := storeReady(); err != nil {
+					return err
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			return waitlist.Ready(ctx)
@@ -227,7 +232,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	}
 	addr := ln.Addr().String()
 	log.Info("anteroom: listening", "url", "http://"+addr+"/", "base_path", cfg.BasePath, "upstream", cfg.Upstream,
-		"database", cfg.Database, "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
+		"database", databaseForLog(cfg.Database), "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
 	if ready != nil {
 		ready(addr)
 	}

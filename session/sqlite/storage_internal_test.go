@@ -41,7 +41,7 @@ func TestStoreSuiteWithHashCollisions(t *testing.T) {
 	}
 	collide(t)
 	t.Setenv(sessiontest.RandomStepsEnv, "300")
-	sessiontest.RunStoreSuite(t, openWith)
+	sessiontest.RunStoreSuite(t, sessiontest.AtPath(openWith))
 }
 
 func TestIndexCollisionsSurviveReopen(t *testing.T) {
