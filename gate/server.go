@@ -518,7 +518,7 @@ func retryAfterCap(claimTimeout time.Duration) time.Duration {
 	if claimTimeout <= 0 {
 		return math.MaxInt64
 	}
-	return max(time.Second, (claimTimeout/4).Truncate(time.Second))
+	return max(time.Second, (claimTimeout / 4).Truncate(time.Second))
 }
 
 func (s *Server) socket(c echo.Context) error {
