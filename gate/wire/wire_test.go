@@ -36,7 +36,9 @@ func TestStatus(t *testing.T) {
 		"":                          500,
 		wire.CodeBadGateway:         502,
 		session.CodeUnavailable:     503,
-		wire.CodeGatewayTimeout:     504,
+		wire.CodeUpstreamTimeout:    504,
+		wire.CodeRequestTimeout:     408,
+		wire.CodeInvalidPath:        400,
 	} {
 		assert.Equal(t, want, wire.Status(code), "code %q", code)
 	}
