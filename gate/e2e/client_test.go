@@ -25,7 +25,7 @@ import (
 // with views the test chooses, recording every request: what the snippet
 // sends, and what it shows for a given view, without a real line.
 type fakeSidecar struct {
-	url  string
+	url   string
 	rate  atomic.Value // float64: admittedPerMinute of the next answers
 	place atomic.Int64 // the exact place of the next answers; 0: none
 
