@@ -105,21 +105,18 @@ func parseDuration(s string) (time.Duration, error) {
 
 // Defaults.
 const (
-	defaultListen            = "127.0.0.1:8080"
-	defaultBasePath          = "/anteroom"
-	defaultDatabase          = "anteroom.db"
-	defaultUpdateInterval    = "1m"
-	defaultBroadcastInterval = 250 * time.Millisecond
-	defaultTokenTTL          = 24 * time.Hour
-	minTokenTTL              = time.Minute
-	defaultGate              = "default"
-	defaultActiveLimit       = 100
-	defaultActiveTimeout     = 5 * time.Minute
-	defaultWaitingTimeout    = 5 * time.Minute
-	defaultClaimTimeout      = time.Minute
-	// demoReleaseOnDisconnect is release_on_disconnect's default when the
-	// demo is served: a closed demo tab frees its slot at once.
-	demoReleaseOnDisconnect    = 3 * time.Second
+	defaultListen              = "127.0.0.1:8080"
+	defaultBasePath            = "/anteroom"
+	defaultDatabase            = "anteroom.db"
+	defaultUpdateInterval      = "1m"
+	defaultBroadcastInterval   = 250 * time.Millisecond
+	defaultTokenTTL            = 24 * time.Hour
+	minTokenTTL                = time.Minute
+	defaultGate                = "default"
+	defaultActiveLimit         = 100
+	defaultActiveTimeout       = 5 * time.Minute
+	defaultWaitingTimeout      = 5 * time.Minute
+	defaultClaimTimeout        = time.Minute
 	minSecretLength            = 32
 	minAPIKeyLength            = 16
 	defaultRatePerSecond       = 5.0
@@ -127,6 +124,10 @@ const (
 	defaultMaxSockets          = 10000
 	defaultMaxSocketsPerClient = 100
 )
+
+// demoReleaseOnDisconnect is release_on_disconnect's default when the
+// demo is served: a closed demo tab frees its slot at once.
+const demoReleaseOnDisconnect = 3 * time.Second
 
 // Connection defaults: the upstream's time to send response headers, and
 // the connections one client address may hold open.
