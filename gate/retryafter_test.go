@@ -14,27 +14,32 @@ import (
 )
 
 // A waiter polling without a socket must ask again well inside the claim
-// window, or its promotion is taken back before it claims it: Retry-After
-// is capped at a quarter of claim_timeout (whole seconds, at least 1s) on
-// join, status, the forward-auth check and the proxied page. Without a
-// claim timeout the usual value stands (5s: nobody was admitted lately).
+// window, or its promotion is taken back before it claims it, and inside
+// waiting_timeout, or it loses its place: Retry-After is capped at a
+// quarter of each (whole seconds, at least 1s) on join, status and the
+// forward-auth check. Below the caps the usual value stands (5s: nobody was
+// admitted lately).
 func TestRetryAfterStaysInsideTheClaimWindow(t *testing.T) {
 	tests := []struct {
-		claim time.Duration
-		want  string
+		claim, waiting time.Duration
+		want           string
 	}{
-		{0, "5"},
-		{time.Minute, "5"}, // the cap (15s) is above the usual value
-		{12 * time.Second, "3"},
-		{8 * time.Second, "2"},
-		{7 * time.Second, "1"},
-		{2 * time.Second, "1"},
-		{time.Millisecond, "1"},
+		{0, time.Minute, "5"},
+		{time.Minute, time.Minute, "5"}, // the cap (15s) is above the usual value
+		{12 * time.Second, time.Minute, "3"},
+		{8 * time.Second, time.Minute, "2"},
+		{7 * time.Second, time.Minute, "1"},
+		{2 * time.Second, time.Minute, "1"},
+		{time.Millisecond, time.Minute, "1"},
+		// A waiter polling as told also keeps its place.
+		{0, 12 * time.Second, "3"},
+		{time.Minute, 8 * time.Second, "2"},
+		{8 * time.Second, 12 * time.Second, "2"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.claim.String(), func(t *testing.T) {
+		t.Run(tt.claim.String()+"/"+tt.waiting.String(), func(t *testing.T) {
 			cfg := gatetest.Gate("default", 1)
-			cfg.ClaimTimeout = tt.claim
+			cfg.ClaimTimeout, cfg.WaitingTimeout = tt.claim, tt.waiting
 			sc := gatetest.StartSidecar(t, gatetest.Options{
 				Gates: []session.GateConfig{cfg},
 				Gate:  func(o *gate.Options) { o.Demo = true },

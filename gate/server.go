@@ -527,24 +527,25 @@ func admitted(c echo.Context, id string) error {
 }
 
 // setRetryAfter tells a waiting client when to ask again: guard.RetryAfter,
-// capped by retryAfterCap of the gate's claim timeout.
+// capped by retryAfterCap of the gate's claim timeout and of its waiting
+// timeout (a client that polls as told keeps its place).
 func (s *Server) setRetryAfter(c echo.Context, v session.SessionView) {
 	d := guard.RetryAfter(v)
 	if cfg, err := s.opts.Waitlist.GateConfig(v.Gate); err == nil {
-		d = min(d, retryAfterCap(cfg.ClaimTimeout))
+		d = min(d, retryAfterCap(cfg.ClaimTimeout), retryAfterCap(cfg.WaitingTimeout))
 	}
 	c.Response().Header().Set("Retry-After", strconv.Itoa(int(d/time.Second)))
 }
 
-// retryAfterCap is the longest Retry-After a waiter is told with the gate's
-// claim timeout: a quarter of it in whole seconds, at least one second, so
-// that a client polling without a socket asks (and so claims) a few times
-// within the claim window once promoted. No claim timeout: no cap.
-func retryAfterCap(claimTimeout time.Duration) time.Duration {
-	if claimTimeout <= 0 {
+// retryAfterCap is the longest Retry-After a waiter is told with a timeout
+// of the gate: a quarter of it in whole seconds, at least one second, so
+// that a client polling without a socket asks (and so claims, and shows a
+// sign of life) a few times within it. A timeout of 0 (off): no cap.
+func retryAfterCap(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
 		return math.MaxInt64
 	}
-	return max(time.Second, (claimTimeout / 4).Truncate(time.Second))
+	return max(time.Second, (timeout / 4).Truncate(time.Second))
 }
 
 func (s *Server) socket(c echo.Context) error {
