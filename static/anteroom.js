@@ -254,7 +254,16 @@
       return wsClosed();
     }
     let opened = 0;
+    // A socket stuck connecting (a browser that throttles or parks it) is
+    // given up after 10s, so the retries and the polling go on.
+    const stuck = setTimeout(() => {
+      if (sock !== ws || opened) return;
+      ws = null;
+      try { sock.close(); } catch (e) { /* never opened */ }
+      wsClosed();
+    }, 10000);
     sock.onopen = () => {
+      clearTimeout(stuck);
       opened = Date.now();
       stopPoll();
       note('');

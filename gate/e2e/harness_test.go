@@ -195,14 +195,15 @@ func newBrowser(t *testing.T) *browser {
 // which calls validateSessionAndRefreshLastActive), so an open, admitted tab
 // stays active and only a closed one runs into active_timeout.
 // It also keeps every WebSocket the page opens in __e2e.sockets, and while
-// __e2e.blockWS is set sends new ones to a closed port: what a browser that
-// kills background sockets does.
+// __e2e.blockWS is set refuses new ones (the constructor throws): what a
+// browser that kills background sockets does.
 const initScript = `(() => {
   const e2e = window.__e2e = { activeEvents: 0, lastCheck: 0, sockets: [], blockWS: false };
   const NativeWS = window.WebSocket;
   window.WebSocket = class extends NativeWS {
     constructor(url, protocols) {
-      super(e2e.blockWS ? 'ws://127.0.0.1:9/blocked' : url, protocols);
+      if (e2e.blockWS) throw new DOMException('blocked by the test', 'SecurityError');
+      super(url, protocols);
       e2e.sockets.push(this);
     }
   };
