@@ -350,3 +350,48 @@ func TestSnippetPlaceArithmeticEqualsTheServers(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// A waiter whose browser refuses websockets polls the status as told by
+// Retry-After, which stays under a quarter of claim_timeout: promoted, it
+// claims its slot by its next poll, well before the claim window ends
+// (with the usual 5s it would lose it).
+func TestPollingWaiterClaimsInTime(t *testing.T) {
+	const claimTimeout = 4 * time.Second
+	srv := startSidecar(t, session.GateConfig{
+		Name: "default", ActiveLimit: 1, ActiveTimeout: time.Minute,
+		WaitingTimeout: time.Minute, ClaimTimeout: claimTimeout,
+	})
+	b := newBrowser(t)
+	admitted, poller := b.newUser(t, "admitted"), b.newUser(t, "poller")
+	admitted.open(srv.url + "/")
+	admitted.waitFor("being let in", admittedJS)
+	poller.open(srv.url + "/")
+	poller.waitFor("place 1 of 1", placeIs("Your place: 1 of 1"))
+	// Behind it, one who would get the slot if the poller lost it.
+	behind := b.newUser(t, "behind")
+	behind.open(srv.url + "/")
+	behind.waitFor("place 2 of 2", placeIs("Your place: 2 of 2"))
+	evalJS[int](poller, `(() => { window.__e2e.blockWS = true; window.__e2e.sockets.forEach((s) => s.close()); return 1; })()`)
+	srv.waitSockets(t, 2) // the admitted tab's and the one behind
+	id := evalJS[string](poller, `window.anteroom.view.session`)
+	pos := evalJS[int64](poller, `window.anteroom.view.position`)
+	polls := srv.requests(basePath + "/api/status")
+	eventually(t, "the poller to poll", func() bool { return srv.requests(basePath+"/api/status") >= polls+2 })
+
+	if err := srv.waitlist.Release(context.Background(), "default", evalJS[string](admitted, `window.anteroom.view.session`)); err != nil {
+		t.Fatal(err)
+	}
+	poller.waitFor("being let in by a poll", admittedJS)
+	eventually(t, "the poller's claim", func() bool {
+		s, ok := srv.session(t, id)
+		return ok && s.Status == session.StatusActive && s.ClaimDeadline.IsZero()
+	})
+	if s, _ := srv.session(t, id); s.Position != pos {
+		t.Errorf("the poller is at position %d, want %d: it lost its promotion and joined again", s.Position, pos)
+	}
+	behind.waitFor("still waiting, now first", placeIs("Your place: 1 of 1"))
+	if n := evalJS[int](poller, `window.__e2e.sockets.filter((s) => s.readyState === 1).length`); n != 0 {
+		t.Fatalf("the poller has %d open sockets: the claim proves nothing about polling", n)
+	}
+	poller.requireNoProblems()
+}
