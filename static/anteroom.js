@@ -193,11 +193,11 @@
     // Promoted, not yet claimed: a request naming the session claims it (the
     // open socket did already, if there is one).
     if (v.claimDeadline) status(false);
-    // The socket stays open while admitted: its close is the departure the
-    // sidecar's release_on_disconnect acts on.
-    connect();
     emit('active', view);
     const nav = navigate(wasWaiting);
+    // The socket stays open while admitted (unless the page goes): its
+    // close is the departure the sidecar's release_on_disconnect acts on.
+    if (!nav) connect();
     if (!ui) return;
     ui.title.textContent = T.admitted;
     ui.place.textContent = T.admitted; // announced (live region), shown by the title
