@@ -179,7 +179,7 @@ func (s *Server) serveProxy(c echo.Context) error {
 		s.forward(c, gate, id)
 		return nil
 	}
-	setRetryAfter(c, view)
+	s.setRetryAfter(c, view)
 	// The same rule as the Go middleware tells a browser from an API client.
 	if guard.WantsPage(r) {
 		return s.renderWaitingPage(c, gate, "")

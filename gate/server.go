@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -366,7 +367,7 @@ func (s *Server) join(c echo.Context) error {
 		s.setCookie(c, tok)
 	}
 	if view.Status == session.StatusWaiting {
-		setRetryAfter(c, view)
+		s.setRetryAfter(c, view)
 	}
 	return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
 }
@@ -465,7 +466,7 @@ func (s *Server) status(c echo.Context) error {
 		return err
 	}
 	if view.Status == session.StatusWaiting {
-		setRetryAfter(c, view)
+		s.setRetryAfter(c, view)
 	}
 	if claims.Renew { // sliding expiry, key rotation, first-format tokens
 		tok, err := s.opts.Signer.Sign(claims.ID)
@@ -514,7 +515,7 @@ func (s *Server) check(c echo.Context) error {
 	case view.Status == session.StatusActive: // promoted between the two reads
 		return admitted(c, id)
 	}
-	setRetryAfter(c, view)
+	s.setRetryAfter(c, view)
 	return apiError(session.CodeNotActive, "waiting in line")
 }
 
@@ -525,9 +526,26 @@ func admitted(c echo.Context, id string) error {
 	return c.NoContent(http.StatusOK)
 }
 
-// setRetryAfter tells a waiting client when to ask again (guard.RetryAfter).
-func setRetryAfter(c echo.Context, v session.SessionView) {
-	c.Response().Header().Set("Retry-After", strconv.Itoa(int(guard.RetryAfter(v)/time.Second)))
+// setRetryAfter tells a waiting client when to ask again: guard.RetryAfter,
+// capped by retryAfterCap of the gate's claim timeout and of its waiting
+// timeout (a client that polls as told keeps its place).
+func (s *Server) setRetryAfter(c echo.Context, v session.SessionView) {
+	d := guard.RetryAfter(v)
+	if cfg, err := s.opts.Waitlist.GateConfig(v.Gate); err == nil {
+		d = min(d, retryAfterCap(cfg.ClaimTimeout), retryAfterCap(cfg.WaitingTimeout))
+	}
+	c.Response().Header().Set("Retry-After", strconv.Itoa(int(d/time.Second)))
+}
+
+// retryAfterCap is the longest Retry-After a waiter is told with a timeout
+// of the gate: a quarter of it in whole seconds, at least one second, so
+// that a client polling without a socket asks (and so claims, and shows a
+// sign of life) a few times within it. A timeout of 0 (off): no cap.
+func retryAfterCap(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return math.MaxInt64
+	}
+	return max(time.Second, (timeout / 4).Truncate(time.Second))
 }
 
 func (s *Server) socket(c echo.Context) error {

@@ -54,6 +54,13 @@ type GateConfig struct {
 	ActiveLimit    *int64   `yaml:"active_limit"`
 	ActiveTimeout  Duration `yaml:"active_timeout"`
 	WaitingTimeout Duration `yaml:"waiting_timeout"`
+	// ClaimTimeout: a promoted session that shows no sign of life within it
+	// loses its slot to the next waiter (0: off). Unset: 60s.
+	ClaimTimeout *Duration `yaml:"claim_timeout"`
+	// ReleaseOnDisconnect: the grace after an active session's last socket
+	// closed before its slot is freed (0: off). Unset: off, but 3s when the
+	// demo is served.
+	ReleaseOnDisconnect *Duration `yaml:"release_on_disconnect"`
 }
 
 // RateLimitConfig bounds the client API per client IP.
@@ -108,7 +115,8 @@ const (
 	defaultGate                = "default"
 	defaultActiveLimit         = 100
 	defaultActiveTimeout       = 5 * time.Minute
-	defaultWaitingTimeout      = time.Minute
+	defaultWaitingTimeout      = 5 * time.Minute
+	defaultClaimTimeout        = time.Minute
 	minSecretLength            = 32
 	minAPIKeyLength            = 16
 	defaultRatePerSecond       = 5.0
@@ -116,6 +124,10 @@ const (
 	defaultMaxSockets          = 10000
 	defaultMaxSocketsPerClient = 100
 )
+
+// demoReleaseOnDisconnect is release_on_disconnect's default when the
+// demo is served: a closed demo tab frees its slot at once.
+const demoReleaseOnDisconnect = 3 * time.Second
 
 // Connection defaults: the upstream's time to send response headers, and
 // the connections one client address may hold open.
@@ -434,6 +446,16 @@ var settings = []setting{
 		g.WaitingTimeout = Duration(d)
 		return err
 	}},
+	{key: "gates.<name>.claim_timeout", env: "ANTEROOM_GATES_<NAME>_CLAIM_TIMEOUT", want: "duration", applyGate: func(g *GateConfig, v string) error {
+		d, err := parseDuration(v)
+		g.ClaimTimeout = (*Duration)(&d)
+		return err
+	}},
+	{key: "gates.<name>.release_on_disconnect", env: "ANTEROOM_GATES_<NAME>_RELEASE_ON_DISCONNECT", want: "duration", applyGate: func(g *GateConfig, v string) error {
+		d, err := parseDuration(v)
+		g.ReleaseOnDisconnect = (*Duration)(&d)
+		return err
+	}},
 }
 
 // EnvWarning is an ANTEROOM_* environment variable that names no setting.
@@ -455,8 +477,8 @@ var kubernetesServiceLink = regexp.MustCompile(`^ANTEROOM_(SERVICE_HOST|SERVICE_
 
 // applyEnv applies the ANTEROOM_* overrides of settings, in sorted order of
 // their names. Lists are comma-separated. Per gate the variables are
-// ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT, _ACTIVE_TIMEOUT and _WAITING_TIMEOUT,
-// where <NAME> is the gate's name in upper case with '-' and '.' as '_'; a
+// ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT, _ACTIVE_TIMEOUT, _WAITING_TIMEOUT,
+// _CLAIM_TIMEOUT and _RELEASE_ON_DISCONNECT, where <NAME> is the gate's name in upper case with '-' and '.' as '_'; a
 // gate named only in the environment is created (its name in lower case).
 // A variable that names no setting is returned as a warning. It returns an
 // error naming the variable when a value is malformed, or when two
@@ -724,6 +746,17 @@ func (c *Config) fillDefaults() {
 		if g.WaitingTimeout == 0 {
 			g.WaitingTimeout = Duration(defaultWaitingTimeout)
 		}
+		if g.ClaimTimeout == nil {
+			d := Duration(defaultClaimTimeout)
+			g.ClaimTimeout = &d
+		}
+		if g.ReleaseOnDisconnect == nil {
+			var d Duration
+			if c.DemoServed() {
+				d = Duration(demoReleaseOnDisconnect)
+			}
+			g.ReleaseOnDisconnect = &d
+		}
 		c.Gates[name] = g
 	}
 }
@@ -830,7 +863,13 @@ func (c Config) Validate() error {
 			return bad(key+".active_timeout", "must be a positive duration such as \"5m\"")
 		}
 		if g.WaitingTimeout <= 0 {
-			return bad(key+".waiting_timeout", "must be a positive duration such as \"1m\"")
+			return bad(key+".waiting_timeout", "must be a positive duration such as \"5m\"")
+		}
+		if g.ClaimTimeout != nil && *g.ClaimTimeout < 0 {
+			return bad(key+".claim_timeout", "must not be negative (0 turns the claim window off)")
+		}
+		if g.ReleaseOnDisconnect != nil && *g.ReleaseOnDisconnect < 0 {
+			return bad(key+".release_on_disconnect", "must not be negative (0 turns it off)")
 		}
 	}
 	return nil
@@ -862,6 +901,12 @@ func (c Config) TrustedNetworks() ([]*net.IPNet, error) {
 	return out, nil
 }
 
+// DemoServed reports whether the demo app is served: demo is on (the
+// default) and no upstream is set. Defaults must have been filled.
+func (c Config) DemoServed() bool {
+	return c.Upstream == "" && (c.Demo == nil || *c.Demo)
+}
+
 // SessionGates returns the gates as the session package wants them, sorted
 // by name.
 func (c Config) SessionGates() []session.GateConfig {
@@ -874,6 +919,12 @@ func (c Config) SessionGates() []session.GateConfig {
 			ActiveTimeout:  time.Duration(g.ActiveTimeout),
 			WaitingTimeout: time.Duration(g.WaitingTimeout),
 		})
+		if g.ClaimTimeout != nil {
+			out[len(out)-1].ClaimTimeout = time.Duration(*g.ClaimTimeout)
+		}
+		if g.ReleaseOnDisconnect != nil {
+			out[len(out)-1].ReleaseOnDisconnect = time.Duration(*g.ReleaseOnDisconnect)
+		}
 	}
 	return out
 }
