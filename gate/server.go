@@ -129,8 +129,11 @@ func New(opts Options) (*Server, error) {
 	e.Use(securityHeaders(opts.BasePath + "/check"))
 	s.echo = e
 
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
+	// What a GET reads, a HEAD reads too: the same answer, and net/http
+	// drops the body.
+	getHead := []string{http.MethodGet, http.MethodHead}
+	e.Match(getHead, "/healthz", s.healthz)
+	e.Match(getHead, "/readyz", s.readyz)
 
 	// Route middleware, not group middleware: echo gives a group with
 	// middleware catch-all routes, which would turn 405s into 404s.
@@ -146,10 +149,10 @@ func New(opts Options) (*Server, error) {
 	e.GET(b+"/api/status", s.status, limited...)
 	e.GET(b+"/api/global", s.global, limited...)
 	e.GET(b+"/ws", s.socket, limited[1:]...)
-	e.GET(b+"/check", s.check)
-	e.GET(b+"/anteroom.js", s.snippet)
-	e.GET(b+"/", s.waitingPage)
-	e.GET(b, s.waitingPage)
+	e.Match(getHead, b+"/check", s.check)
+	e.Match(getHead, b+"/anteroom.js", s.snippet)
+	e.Match(getHead, b+"/", s.waitingPage)
+	e.Match(getHead, b, s.waitingPage)
 
 	for _, k := range opts.APIKeys {
 		if len(k) < minAPIKeyLength {
@@ -167,7 +170,7 @@ func New(opts Options) (*Server, error) {
 		e.Any("/*", s.serveProxy)
 		e.Any("/", s.serveProxy)
 	case opts.Demo:
-		e.GET("/", s.demoPage)
+		e.Match(getHead, "/", s.demoPage)
 		e.GET("/demo/api/secret", s.demoSecret, noStore)
 	}
 	return s, nil

@@ -5,9 +5,11 @@
 //
 //	anteroom [-config anteroom.yaml]
 //	anteroom -version
+//	anteroom -h
 //
 // With no config it serves a demo on 127.0.0.1:8080 with anteroom.db in the
-// working directory. See config.example.yaml and the README.
+// working directory. Every key and its ANTEROOM_* variable is in
+// config.example.yaml and the README's Configuration section; -h lists them.
 package main
 
 import (
@@ -25,6 +27,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/anteroomhq/anteroom/broadcast"
@@ -42,11 +45,40 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr, nil); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "anteroom:", err)
-		}
+		fmt.Fprintln(os.Stderr, "anteroom:", err)
 		os.Exit(1)
 	}
+}
+
+// usage writes the -h text: the flags, then every config key with its
+// environment variable, and where each is explained.
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, `Usage: anteroom [-config FILE] [-version]
+
+anteroom is a waiting room for a web app: it keeps the number of active
+sessions under a limit and lines everyone else up. With no config it serves a
+demo on http://127.0.0.1:8080/.
+
+Flags:
+`)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, `
+Configuration: a YAML file (-config) and ANTEROOM_* environment variables,
+which override it. Every key is optional. config.example.yaml lists every key
+with its default and what it does (in the container image:
+/etc/anteroom/config.example.yaml); the README's Configuration section has the
+same table. Lists in the environment are comma-separated; <NAME> is a gate's
+name in upper case with '-' and '.' as '_'.
+
+`)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KEY\tENVIRONMENT\tVALUE")
+	for _, s := range settings {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.key, s.env, s.want)
+	}
+	_ = tw.Flush()
 }
 
 // run is the whole program: it returns when ctx is done (after a graceful
@@ -54,11 +86,15 @@ func main() {
 // address the server listens on once it accepts connections.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, ready func(addr string)) error {
 	fs := flag.NewFlagSet("anteroom", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are returned; -h prints usage to stdout
 	configPath := fs.String("config", "", "path of the YAML config file (default: none, built-in defaults)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout, fs)
+			return nil
+		}
+		return fmt.Errorf("%w (anteroom -h lists the flags)", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (use -config FILE)", fs.Args())
@@ -67,12 +103,19 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		fmt.Fprintln(stdout, "anteroom", buildVersion())
 		return nil
 	}
-	cfg, err := LoadConfig(*configPath, environ)
+	cfg, warnings, err := LoadConfig(*configPath, environ)
 	if err != nil {
 		return err
 	}
 	level, _ := parseLogLevel(cfg.LogLevel)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	for _, w := range warnings {
+		args := []any{"var", w.Var, "nearest_known", w.Nearest}
+		if w.Hint != "" {
+			args = append(args, "hint", w.Hint)
+		}
+		log.Warn("anteroom: ignoring unknown environment variable", args...)
+	}
 	schedule, err := cronjobs.ParseSchedule(cfg.UpdateInterval)
 	if err != nil {
 		return fmt.Errorf("config: update_interval: %w", err)
@@ -138,7 +181,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		Waitlist:       waitlist,
 		Signer:         signer,
 		Hub:            hub,
-		Demo:           cfg.Upstream == "",
+		Demo:           cfg.Upstream == "" && *cfg.Demo,
 		APIKeys:        cfg.APIKeys,
 		AllowedOrigins: cfg.AllowedOrigins,
 		RateLimit:      gate.RateLimitOptions{PerSecond: *cfg.RateLimit.PerSecond, Burst: cfg.RateLimit.Burst},
