@@ -173,6 +173,25 @@ func (b *batch) event(kind session.EventKind, s session.Session) {
 	b.events = append(b.events, session.Event{Kind: kind, Session: s})
 }
 
+// left records that s left its gate (EventDeactivated or EventDequeued, by
+// its status) for reason.
+func (b *batch) left(s session.Session, reason session.PurgeReason) {
+	kind := session.EventDequeued
+	if s.Status == session.StatusActive {
+		kind = session.EventDeactivated
+	}
+	b.events = append(b.events, session.Event{Kind: kind, Session: s, Reason: reason})
+}
+
+// staleReason is why an update purges r at now: session.StaleReason, or
+// fallback should the query's bound and the rule ever disagree.
+func staleReason(cfg session.GateConfig, r session.Session, now time.Time, fallback session.PurgeReason) session.PurgeReason {
+	if why := session.StaleReason(cfg, r, now); why != session.NotStale {
+		return why
+	}
+	return fallback
+}
+
 func notFound(kind opKind, gate, id string) error {
 	return session.Errorf(session.CodeNotFound, "sqlite: %s: session %q of gate %q not found", kind, id, gate)
 }
@@ -246,11 +265,7 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 		return err
 	}
 	if out.Action == session.ActionDelete {
-		if existing.Status == session.StatusActive {
-			b.event(session.EventDeactivated, *existing)
-		} else {
-			b.event(session.EventDequeued, *existing)
-		}
+		b.left(*existing, session.Released)
 	}
 	if _, err := s.promote(b, e, o.cfg, out.Promote, normTime(o.now)); err != nil {
 		return err
@@ -326,7 +341,11 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		if row == nil || !session.IsStale(o.cfg, *row, now) {
+		if row == nil {
+			continue
+		}
+		why := session.StaleReason(o.cfg, *row, now)
+		if why == session.NotStale {
 			continue
 		}
 		if err := s.write(e, session.DecidePurge(*row), sl); err != nil {
@@ -334,11 +353,10 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 		}
 		if row.Status == session.StatusActive {
 			step.purgedActive++
-			b.event(session.EventDeactivated, *row)
 		} else {
 			step.purgedWaiting++
-			b.event(session.EventDequeued, *row)
 		}
+		b.left(*row, why)
 	}
 	n, err := s.promote(b, e, o.cfg, session.PromotionCount(o.cfg.ActiveLimit, e.c), now)
 	if err != nil {
@@ -375,9 +393,10 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		if n > 0 {
 			e.c.Waiting -= n
 			e.save, e.report = true, true
+			now := normTime(o.now)
 			for _, r := range b.rows {
 				s.idx.remove(e.name, r.ID, r.Position)
-				b.event(session.EventDequeued, r)
+				b.left(r, staleReason(o.cfg, r, now, session.Gone))
 			}
 		}
 		st.purgedWaiting = n
@@ -399,9 +418,10 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		if n > 0 {
 			e.c.Active -= n
 			e.save, e.report = true, true
+			now := normTime(o.now)
 			for _, r := range b.rows {
 				s.idx.remove(e.name, r.ID, r.Position)
-				b.event(session.EventDeactivated, r)
+				b.left(r, staleReason(o.cfg, r, now, session.Idle))
 			}
 		}
 		st.purgedActive = n

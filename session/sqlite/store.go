@@ -93,6 +93,12 @@ type Options struct {
 	// refreshes: joins queued behind them wait for one such transaction at
 	// most. Default 256.
 	UpdateChunk int
+	// OnCommit, when set, is called by the writer after each committed
+	// transaction, once its callers are answered, with the number of
+	// operations the transaction ran and the time from the writer taking
+	// them to the commit. It is on the writer's path: it must not block
+	// (an observation of a histogram is fine).
+	OnCommit func(ops int, d time.Duration)
 }
 
 const (
@@ -155,6 +161,7 @@ type Store struct {
 	r      readerStmts
 
 	listener atomic.Pointer[func(session.Commit)]
+	onCommit func(ops int, d time.Duration) // Options.OnCommit
 
 	mu         sync.RWMutex // held shared by senders, exclusively by Close
 	closed     atomic.Bool
@@ -224,6 +231,7 @@ func Open(path string, opts Options) (*Store, error) {
 		log:         opts.Logger,
 		maxBatch:    opts.MaxBatch,
 		updateChunk: opts.UpdateChunk,
+		onCommit:    opts.OnCommit,
 		lock:        lock,
 		ops:         make(chan *op, opts.QueueLen),
 		writerDone:  make(chan struct{}),
