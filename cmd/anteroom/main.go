@@ -33,6 +33,7 @@ import (
 	"github.com/anteroomhq/anteroom/broadcast"
 	"github.com/anteroomhq/anteroom/cronjobs"
 	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/metrics"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sqlite"
@@ -82,8 +83,9 @@ name in upper case with '-' and '.' as '_'.
 }
 
 // run is the whole program: it returns when ctx is done (after a graceful
-// shutdown) or when starting fails. ready, when not nil, is called with the
-// address the server listens on once it accepts connections.
+// shutdown) or when starting fails. It listens at once, answering 503 but
+// on /healthz while it loads; ready, when not nil, is called with the
+// address it listens on once it serves every route.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, ready func(addr string)) error {
 	fs := flag.NewFlagSet("anteroom", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; -h prints usage to stdout
@@ -120,8 +122,56 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	if err != nil {
 		return fmt.Errorf("config: update_interval: %w", err)
 	}
+	trusted, err := cfg.TrustedNetworks()
+	if err != nil {
+		return err
+	}
+	var upstream *url.URL
+	if cfg.Upstream != "" {
+		if upstream, err = url.Parse(cfg.Upstream); err != nil {
+			return fmt.Errorf("config: upstream: %w", err)
+		}
+	}
+	hooks := startHooksOf(ctx)
 
-	store, err := sqlite.Open(cfg.Database, sqlite.Options{Logger: log})
+	// Listen at once: while the store opens and the waitlist loads (a big
+	// database takes a while), /healthz says the process is alive, /readyz
+	// says it is starting, and every other route answers 503 with
+	// Retry-After. The full handler replaces that one when loaded.
+	timeouts := defaultTimeouts
+	if cfg.Upstream != "" {
+		timeouts.read = 0 // uploads to the app may be slow; headers still are bounded
+	}
+	var current switchHandler
+	current.set(startingHandler{})
+	srv := newHTTPServer(&current, log, timeouts)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	addr := ln.Addr().String()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	defer srv.Close() // a failed start; after Shutdown it does nothing
+	log.Info("anteroom: listening, starting", "url", "http://"+addr+"/", "database", cfg.Database, "version", buildVersion())
+	if hooks.listening != nil {
+		hooks.listening(addr)
+	}
+
+	hub := broadcast.New(broadcast.Options{
+		Interval:                time.Duration(cfg.BroadcastInterval),
+		OriginPatterns:          cfg.AllowedOrigins,
+		MaxConnections:          *cfg.Websocket.MaxConnections,
+		MaxConnectionsPerClient: *cfg.Websocket.MaxPerClient,
+		Logger:                  log,
+	})
+	defer hub.Close()
+	met := metrics.New(metrics.Options{Hub: hub})
+
+	if hooks.loading != nil {
+		hooks.loading()
+	}
+	store, err := sqlite.Open(cfg.Database, sqlite.Options{Logger: log, OnCommit: met.ObserveStoreCommit})
 	if err != nil {
 		return err
 	}
@@ -142,16 +192,12 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		return fmt.Errorf("config: secret: %w", err)
 	}
 
-	hub := broadcast.New(broadcast.Options{
-		Interval:                time.Duration(cfg.BroadcastInterval),
-		OriginPatterns:          cfg.AllowedOrigins,
-		MaxConnections:          *cfg.Websocket.MaxConnections,
-		MaxConnectionsPerClient: *cfg.Websocket.MaxPerClient,
-		Logger:                  log,
+	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{
+		Publisher:      hub,
+		Logger:         log,
+		Observer:       met.ObserveCommit,
+		UpdateObserver: met.ObserveUpdate,
 	})
-	defer hub.Close()
-
-	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{Publisher: hub, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -160,6 +206,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 			log.Error("anteroom: persisting last refreshes", "err", err)
 		}
 	}()
+	met.SetWaitlist(waitlist)
 	// One update at start fills slots freed while the sidecar was down or by
 	// a raised limit, without waiting for the first tick.
 	if err := cronjobs.RunUpdate(ctx, waitlist, log); err != nil {
@@ -172,10 +219,6 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		_ = scheduler.Stop(stopCtx)
 	}()
 
-	trusted, err := cfg.TrustedNetworks()
-	if err != nil {
-		return err
-	}
 	opts := gate.Options{
 		BasePath:       cfg.BasePath,
 		Waitlist:       waitlist,
@@ -187,36 +230,25 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		RateLimit:      gate.RateLimitOptions{PerSecond: *cfg.RateLimit.PerSecond, Burst: cfg.RateLimit.Burst},
 		TrustedProxies: trusted,
 		Logger:         log,
+		Metrics:        met.Handler(),
+		AdminToken:     cfg.AdminToken,
+		AccessLog:      cfg.AccessLog,
+		AccessLogKey:   accessLogKey(secret),
 	}
-	if cfg.Upstream != "" {
-		upstream, err := url.Parse(cfg.Upstream)
-		if err != nil {
-			return fmt.Errorf("config: upstream: %w", err)
-		}
+	if upstream != nil {
 		opts.Proxy = gate.ProxyOptions{Upstream: upstream, Protect: cfg.Protect, Bypass: cfg.Bypass}
 	}
 	handler, err := gate.New(opts)
 	if err != nil {
 		return err
 	}
-	timeouts := defaultTimeouts
-	if cfg.Upstream != "" {
-		timeouts.read = 0 // uploads to the app may be slow; headers still are bounded
-	}
-	srv := newHTTPServer(handler, log, timeouts)
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
-	addr := ln.Addr().String()
-	log.Info("anteroom: listening", "url", "http://"+addr+"/", "base_path", cfg.BasePath, "upstream", cfg.Upstream,
+	current.set(handler)
+	log.Info("anteroom: ready", "url", "http://"+addr+"/", "base_path", cfg.BasePath, "upstream", cfg.Upstream,
 		"database", cfg.Database, "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
 	if ready != nil {
 		ready(addr)
 	}
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
