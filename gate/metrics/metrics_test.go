@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -211,6 +213,23 @@ func TestMetricsAfterRealTraffic(t *testing.T) {
 	assert.GreaterOrEqual(t, batch.GetSampleSum(), 4.0, "three joins, a release, a touch, an update")
 	assert.Contains(t, mfs, "go_goroutines")
 	assert.Contains(t, mfs, "process_resident_memory_bytes")
+
+	// The README's Metrics table lists exactly the anteroom_ families.
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(readme), "\n## Metrics\n")
+	require.True(t, ok, "README has a Metrics section")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var listed, served []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `(anteroom_[a-z_]+)").FindAllStringSubmatch(section, -1) {
+		listed = append(listed, m[1])
+	}
+	for name := range mfs {
+		if strings.HasPrefix(name, "anteroom_") {
+			served = append(served, name)
+		}
+	}
+	assert.ElementsMatch(t, listed, served)
 
 	// The names follow the Prometheus conventions.
 	problems, err := promlint.New(bytes.NewReader(body)).Lint()
