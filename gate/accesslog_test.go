@@ -62,15 +62,20 @@ func TestAccessLogNamesNoTokenNorSession(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, do(http.MethodGet, "/anteroom/api/status?gate=nope&session="+tok, ""))
 	assert.Equal(t, http.StatusNotFound, do(http.MethodGet, "/anteroom/no/such/route?session="+tok, ""))
 	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/healthz", ""))
+	// A hostile path cannot forge a line nor flood one.
+	assert.Equal(t, http.StatusNotFound, do(http.MethodGet, "/anteroom/x%0Atime=0%20level=ERROR%20msg=forged", ""))
+	assert.Equal(t, http.StatusNotFound, do(http.MethodGet, "/anteroom/"+strings.Repeat("y", 4000), ""))
 	c, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(sc.URL, "http")+"/anteroom/ws?gate=other&session="+tok, nil)
 	require.NoError(t, err)
 	c.Close(websocket.StatusNormalClosure, "")
-	require.Eventually(t, func() bool { return strings.Count(logs.String(), "anteroom: request") >= 7 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), "anteroom: request") >= 9 }, 5*time.Second, time.Millisecond)
 
 	out := logs.String()
 	assert.NotContains(t, out, tok)
 	assert.NotContains(t, out, id)
 	assert.NotContains(t, out, "?", "no query string")
+	assert.NotContains(t, out, "\ntime=0", "a newline in the path is escaped")
+	assert.NotContains(t, out, strings.Repeat("y", 300), "a path is cut")
 
 	lines := map[string]string{} // path → line
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -82,7 +87,7 @@ func TestAccessLogNamesNoTokenNorSession(t *testing.T) {
 		if _, seen := lines[p[1]]; !seen {
 			lines[p[1]] = l
 		}
-		assert.Regexp(t, `method=[A-Z]+ path=\S+ status=\d{3} latency=[0-9.e-]+ gate=\S+ session=([0-9a-f]{16}|"")$`, l)
+		assert.Regexp(t, `method=[A-Z]+ path=("(?:[^"\\]|\\.)*"|\S+) status=\d{3} latency=[0-9.e-]+ gate=\S+ session=([0-9a-f]{16}|"")$`, l)
 	}
 	hash := regexp.MustCompile(`session=([0-9a-f]{16})`).FindStringSubmatch(lines["/anteroom/api/join"])
 	require.NotNil(t, hash, "the join's line names its new session")
