@@ -127,6 +127,8 @@ type gate struct {
 	subsMu sync.Mutex // held during a fan-out
 	subs   []*subscriber
 
+	encoded atomic.Uint64 // global messages encoded for this gate (Broadcasts)
+
 	sessMu   sync.Mutex // never held long: PublishSession takes it
 	sessions map[string][]*subscriber
 }
@@ -294,6 +296,19 @@ func (h *Hub) Stats() Stats {
 	}
 }
 
+// Broadcasts returns, for every gate the hub knows, how many global
+// messages it encoded for that gate (Stats.GlobalsEncoded, split by gate):
+// each is one broadcast to all of the gate's sockets. It never fails.
+func (h *Hub) Broadcasts() map[string]uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]uint64, len(h.gates))
+	for name, g := range h.gates {
+		out[name] = g.encoded.Load()
+	}
+	return out
+}
+
 // Close closes every socket with StatusGoingAway, stops the hub's
 // goroutines and their timers, and waits until every Serve has returned
 // (each close handshake is bounded by the library's 5 s timeouts). Later
@@ -436,6 +451,7 @@ func (h *Hub) encodeLatest(g *gate) *frame {
 	f := newFrame(encodeGlobal(g.latest))
 	g.sentView, g.sentFrame = g.latest, f
 	h.globalsEncoded.Add(1)
+	g.encoded.Add(1)
 	return f
 }
 

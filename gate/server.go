@@ -83,6 +83,22 @@ type Options struct {
 	// MaxBodyBytes bounds request bodies; larger ones get 413. Default 4 KiB.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
+	// Metrics, when set, is served at {base}/metrics (the Prometheus
+	// handler of package gate/metrics). Nil: that route answers 404.
+	Metrics http.Handler
+	// AdminToken, when set, protects the operator routes ({base}/metrics):
+	// they want "Authorization: Bearer <AdminToken>" and answer 401
+	// unauthorized without it. Empty: /metrics is open.
+	AdminToken string
+	// AccessLog logs one line per request to Logger at info level: method,
+	// path (never the query string, which may carry a token), status,
+	// latency, gate and an anonymised session (see AccessLogKey).
+	AccessLog bool
+	// AccessLogKey keys the hash that names a session in the access log:
+	// the first 8 bytes of HMAC-SHA256(key, session id), in hex, so that one
+	// session's requests can be followed without its id or token appearing.
+	// Default: a random key per Server.
+	AccessLogKey []byte
 }
 
 // Server is the sidecar's http.Handler.
@@ -96,6 +112,8 @@ type Server struct {
 	// limit is the per-IP rate limit of the client API (nil when off); a
 	// proxied page that creates a session spends from it too (allowJoin).
 	limit echo.MiddlewareFunc
+	// adminSum is the SHA-256 of Options.AdminToken, when set.
+	adminSum *[sha256.Size]byte
 }
 
 // New builds the Server and its routes. It returns an error when a required
@@ -124,11 +142,22 @@ func New(opts Options) (*Server, error) {
 		opts.Ready = func() error { return nil }
 	}
 	s := &Server{opts: opts, log: opts.Logger, origins: originPolicy{patterns: opts.AllowedOrigins}}
+	if opts.AdminToken != "" {
+		sum := sha256.Sum256([]byte(opts.AdminToken))
+		s.adminSum = &sum
+	}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	e.IPExtractor = clientIP(opts.TrustedProxies)
+	if opts.AccessLog {
+		mw, err := s.accessLog(opts.AccessLogKey)
+		if err != nil {
+			return nil, err
+		}
+		e.Use(mw)
+	}
 	e.Use(middleware.Recover())
 	e.Use(securityHeaders(opts.BasePath + "/check"))
 	s.echo = e
@@ -155,6 +184,9 @@ func New(opts Options) (*Server, error) {
 	e.GET(b+"/ws", s.socket, limited[1:]...)
 	e.Match(getHead, b+"/check", s.check)
 	e.Match(getHead, b+"/anteroom.js", s.snippet)
+	if opts.Metrics != nil {
+		e.Match(getHead, b+"/metrics", s.metrics, noStore)
+	}
 	e.Match(getHead, b+"/", s.waitingPage)
 	e.Match(getHead, b, s.waitingPage)
 
@@ -355,6 +387,7 @@ func (s *Server) join(c echo.Context) error {
 			id = token.NewID()
 		}
 	}
+	s.note(c, gate, id)
 	view, err := s.opts.Waitlist.Join(r.Context(), gate, id)
 	if err != nil {
 		return err
@@ -436,6 +469,7 @@ func (s *Server) leaveOrRelease(c echo.Context, purpose string, op func(ctx cont
 		id, ok = s.sessionID(r)
 	}
 	if ok {
+		s.note(c, gate, id)
 		if err := op(r.Context(), gate, id); err != nil {
 			return err
 		}
@@ -564,6 +598,7 @@ func (s *Server) socket(c echo.Context) error {
 		id, ok = s.sessionID(r)
 	}
 	if ok {
+		s.note(c, gate, id)
 		sub.SessionID = id
 		// An open socket is the session's sign of life until it closes.
 		disconnect, err := s.opts.Waitlist.Connect(gate, id)
@@ -591,6 +626,32 @@ func (s *Server) socket(c echo.Context) error {
 		s.log.Debug("anteroom: websocket ended", "gate", gate, "err", err)
 	}
 	return nil
+}
+
+// metrics serves Options.Metrics to the holder of the admin token, when
+// one is set.
+func (s *Server) metrics(c echo.Context) error {
+	if !s.admin(c.Request()) {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="anteroom"`)
+		return apiError(wire.CodeUnauthorized, "want Authorization: Bearer <admin_token>")
+	}
+	s.opts.Metrics.ServeHTTP(c.Response(), c.Request())
+	return nil
+}
+
+// admin reports whether r may use the operator routes: no admin token is
+// set, or r carries it as Bearer (compared in constant time, as hashes so
+// that the length leaks nothing either).
+func (s *Server) admin(r *http.Request) bool {
+	if s.adminSum == nil {
+		return true
+	}
+	got := wire.BearerToken(r.Header)
+	if got == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(sum[:], s.adminSum[:]) == 1
 }
 
 func (s *Server) healthz(c echo.Context) error {

@@ -159,15 +159,19 @@ func PromotionCount(limit int64, c Counters) int64 {
 	return max(n, 0)
 }
 
-// PurgeReason says why update() purges a session.
+// PurgeReason says why update() purges a session, and (Released) why a
+// session left otherwise: Event.Reason carries it.
 type PurgeReason uint8
 
-// The reasons a session is stale.
+// The reasons a session is stale, and Released.
 const (
 	NotStale  PurgeReason = iota
 	Gone                  // a waiter with no sign of life for WaitingTimeout
 	Idle                  // an active session not seen for ActiveTimeout
 	Unclaimed             // a promoted session that did not claim its slot by its ClaimDeadline
+	// Released: the session was ended explicitly (release, or its last
+	// socket closed past ReleaseOnDisconnect). StaleReason never returns it.
+	Released
 )
 
 // String names the reason as metrics and history do.
@@ -179,6 +183,8 @@ func (r PurgeReason) String() string {
 		return "idle"
 	case Unclaimed:
 		return "unclaimed"
+	case Released:
+		return "released"
 	}
 	return "not_stale"
 }

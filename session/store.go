@@ -118,6 +118,10 @@ const (
 type Event struct {
 	Kind    EventKind
 	Session Session
+	// Reason says why the session left, on EventDeactivated and
+	// EventDequeued: Gone, Idle or Unclaimed for a purge (StaleReason),
+	// Released for an explicit release. NotStale on other events.
+	Reason PurgeReason
 }
 
 // Commit is what one committed transaction did: the events in the order they

@@ -38,6 +38,15 @@ type Options struct {
 	// others' commits. Validate then answers that error (wrapping
 	// ErrUnavailable) rather than read stale memory. Default: always ready.
 	Ready func() error
+	// Observer, when set, is called with every commit of the Store after
+	// the service applied it to memory and told the Publisher (metrics
+	// count joins, admissions and purges from it). It is called on the
+	// Store's commit path, one commit at a time: it must not block nor
+	// keep the Commit.
+	Observer func(Commit)
+	// UpdateObserver, when set, is called with the report of each gate's
+	// update (Update), its Duration included. It must not block.
+	UpdateObserver func(UpdateReport)
 }
 
 // DefaultUpdateChunk is the default Options.UpdateChunk, and the chunk a
@@ -56,6 +65,8 @@ type Waitlist struct {
 	store  Store
 	clock  Clock
 	pub    Publisher
+	obs    func(Commit)
+	updObs func(UpdateReport)
 	log    *slog.Logger
 	chunk  int
 	ready  func() error
@@ -114,13 +125,15 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		return nil, Errorf(CodeInvalidArgument, "no gate configured")
 	}
 	w := &Waitlist{
-		store: store,
-		clock: opts.Clock,
-		pub:   opts.Publisher,
-		log:   opts.Logger,
-		chunk: opts.UpdateChunk,
-		ready: opts.Ready,
-		gates: make(map[string]*gateMemory, len(gates)),
+		store:  store,
+		clock:  opts.Clock,
+		pub:    opts.Publisher,
+		obs:    opts.Observer,
+		updObs: opts.UpdateObserver,
+		log:    opts.Logger,
+		chunk:  opts.UpdateChunk,
+		ready:  opts.Ready,
+		gates:  make(map[string]*gateMemory, len(gates)),
 	}
 	if w.clock == nil {
 		w.clock = SystemClock{}
@@ -496,6 +509,9 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 		r, err := w.store.Update(ctx, g.cfg, w.clock.Now(), w.chunk)
 		r.Gate = name
 		r.Duration = time.Since(start)
+		if w.updObs != nil {
+			w.updObs(r)
+		}
 		if err != nil {
 			return reports, err
 		}
@@ -772,6 +788,9 @@ func (w *Waitlist) onCommit(c Commit) {
 				w.pub.PublishSession(g.sessionView(s, now))
 			}
 		}
+	}
+	if w.obs != nil {
+		w.obs(c)
 	}
 }
 

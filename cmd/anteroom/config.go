@@ -43,6 +43,8 @@ type Config struct {
 	AllowedOrigins    []string              `yaml:"allowed_origins"`
 	Demo              *bool                 `yaml:"demo"`
 	LogLevel          string                `yaml:"log_level"`
+	AdminToken        string                `yaml:"admin_token"`
+	AccessLog         bool                  `yaml:"access_log"`
 	RateLimit         RateLimitConfig       `yaml:"rate_limit"`
 	TrustedProxies    []string              `yaml:"trusted_proxies"`
 	Websocket         WebsocketConfig       `yaml:"websocket"`
@@ -119,6 +121,7 @@ const (
 	defaultClaimTimeout        = time.Minute
 	minSecretLength            = 32
 	minAPIKeyLength            = 16
+	minAdminTokenLength        = 32
 	defaultRatePerSecond       = 5.0
 	defaultRateBurst           = 20
 	defaultMaxSockets          = 10000
@@ -428,6 +431,11 @@ var settings = []setting{
 	}},
 	{key: "allowed_origins", env: "ANTEROOM_ALLOWED_ORIGINS", want: "list", apply: func(c *Config, v string) error { c.AllowedOrigins = splitList(v); return nil }},
 	{key: "log_level", env: "ANTEROOM_LOG_LEVEL", want: "debug, info, warn or error", apply: func(c *Config, v string) error { c.LogLevel = v; return nil }},
+	{key: "admin_token", env: "ANTEROOM_ADMIN_TOKEN", want: "32+ characters", apply: func(c *Config, v string) error { c.AdminToken = v; return nil }},
+	{key: "access_log", env: "ANTEROOM_ACCESS_LOG", want: "true or false", apply: func(c *Config, v string) (err error) {
+		c.AccessLog, err = parseBool(v)
+		return err
+	}},
 	{key: "gates.<name>.active_limit", env: "ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT", want: "whole number", applyGate: func(g *GateConfig, v string) error {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
@@ -780,6 +788,9 @@ func (c Config) Validate() error {
 	}
 	if c.Secret != "" && len(c.Secret) < minSecretLength {
 		return bad("secret", "must be at least %d characters (or empty to generate one)", minSecretLength)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenLength {
+		return bad("admin_token", "must be at least %d characters (or empty: /metrics open, admin off)", minAdminTokenLength)
 	}
 	if c.SecretPrevious != "" && len(c.SecretPrevious) < minSecretLength {
 		return bad("secret_previous", "must be at least %d characters (or empty: no rotation)", minSecretLength)

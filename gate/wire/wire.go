@@ -57,6 +57,9 @@ const (
 	CodeAPIKeyRequired   session.Code = "api_key_required"
 	CodeCrossOrigin      session.Code = "cross_origin"
 	CodeInvalidTicket    session.Code = "invalid_ticket"
+	// CodeUnauthorized: an operator route (/metrics, the admin API) without
+	// the right admin token.
+	CodeUnauthorized session.Code = "unauthorized"
 )
 
 // Status is the one place where error codes become HTTP statuses. A code it
@@ -65,7 +68,7 @@ func Status(code session.Code) int {
 	switch code {
 	case session.CodeInvalidArgument, CodeInvalidJSON, CodeInvalidPath:
 		return http.StatusBadRequest
-	case CodeNoSession, CodeAPIKeyRequired, CodeInvalidTicket:
+	case CodeNoSession, CodeAPIKeyRequired, CodeInvalidTicket, CodeUnauthorized:
 		return http.StatusUnauthorized
 	case session.CodeNotActive, CodeCrossOrigin:
 		return http.StatusForbidden

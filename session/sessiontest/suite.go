@@ -91,6 +91,7 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("Presence", func(t *testing.T) { testPresence(t, open) })
 	t.Run("ReleaseOnDisconnect", func(t *testing.T) { testReleaseOnDisconnect(t, open) })
 	t.Run("ExactPlace", func(t *testing.T) { testExactPlace(t, open) })
+	t.Run("EventReasons", func(t *testing.T) { testEventReasons(t, open) })
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a

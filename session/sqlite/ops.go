@@ -173,6 +173,16 @@ func (b *batch) event(kind session.EventKind, s session.Session) {
 	b.events = append(b.events, session.Event{Kind: kind, Session: s})
 }
 
+// left records that s left its gate (EventDeactivated or EventDequeued, by
+// its status) for reason.
+func (b *batch) left(s session.Session, reason session.PurgeReason) {
+	kind := session.EventDequeued
+	if s.Status == session.StatusActive {
+		kind = session.EventDeactivated
+	}
+	b.events = append(b.events, session.Event{Kind: kind, Session: s, Reason: reason})
+}
+
 func notFound(kind opKind, gate, id string) error {
 	return session.Errorf(session.CodeNotFound, "sqlite: %s: session %q of gate %q not found", kind, id, gate)
 }
@@ -246,11 +256,7 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 		return err
 	}
 	if out.Action == session.ActionDelete {
-		if existing.Status == session.StatusActive {
-			b.event(session.EventDeactivated, *existing)
-		} else {
-			b.event(session.EventDequeued, *existing)
-		}
+		b.left(*existing, session.Released)
 	}
 	if _, err := s.promote(b, e, o.cfg, out.Promote, normTime(o.now)); err != nil {
 		return err
@@ -326,7 +332,11 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		if row == nil || !session.IsStale(o.cfg, *row, now) {
+		if row == nil {
+			continue
+		}
+		why := session.StaleReason(o.cfg, *row, now)
+		if why == session.NotStale {
 			continue
 		}
 		if err := s.write(e, session.DecidePurge(*row), sl); err != nil {
@@ -334,11 +344,10 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 		}
 		if row.Status == session.StatusActive {
 			step.purgedActive++
-			b.event(session.EventDeactivated, *row)
 		} else {
 			step.purgedWaiting++
-			b.event(session.EventDequeued, *row)
 		}
+		b.left(*row, why)
 	}
 	n, err := s.promote(b, e, o.cfg, session.PromotionCount(o.cfg.ActiveLimit, e.c), now)
 	if err != nil {
@@ -427,11 +436,7 @@ func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
 		e.c = e.c.Add(out.Delta)
 		e.save, e.report = true, true
 		s.idx.remove(e.name, r.ID, r.Position)
-		if r.Status == session.StatusActive {
-			b.event(session.EventDeactivated, r)
-		} else {
-			b.event(session.EventDequeued, r)
-		}
+		b.left(r, session.StaleReason(o.cfg, r, now))
 	}
 	return nil
 }

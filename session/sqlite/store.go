@@ -108,6 +108,12 @@ type Options struct {
 	// CacheKiB is the page cache of the writer connection, in KiB. Default
 	// 16384 (16 MiB).
 	CacheKiB int
+	// OnCommit, when set, is called by the writer after each committed
+	// transaction, once its callers are answered, with the number of
+	// operations the transaction ran and the time from the writer taking
+	// them to the commit. It is on the writer's path: it must not block
+	// (an observation of a histogram is fine).
+	OnCommit func(ops int, d time.Duration)
 }
 
 const (
@@ -169,6 +175,7 @@ type Store struct {
 	r      readerStmts
 
 	listener atomic.Pointer[func(session.Commit)]
+	onCommit func(ops int, d time.Duration) // Options.OnCommit
 
 	mu         sync.RWMutex // held shared by senders, exclusively by Close
 	closed     atomic.Bool
@@ -281,6 +288,7 @@ func Open(path string, opts Options) (*Store, error) {
 		path:       path,
 		log:        opts.Logger,
 		maxBatch:   opts.MaxBatch,
+		onCommit:   opts.OnCommit,
 		lock:       lock,
 		dbFile:     dbFile,
 		side:       side,

@@ -182,6 +182,10 @@ func answer(o *op) { o.done <- struct{}{} }
 // runBatch runs ops in one transaction, commits, tells the listener, then
 // answers every caller.
 func (s *Store) runBatch(ops []*op) {
+	var start time.Time
+	if s.onCommit != nil {
+		start = time.Now()
+	}
 	s.stats.ops.Add(int64(len(ops)))
 	b := &s.b
 	b.live = b.live[:0]
@@ -204,8 +208,12 @@ func (s *Store) runBatch(ops []*op) {
 			if fn := s.listener.Load(); fn != nil && (len(b.events) > 0 || len(gates) > 0) {
 				s.notify(*fn, session.Commit{Events: b.events, Gates: gates})
 			}
+			n := len(b.live)
 			for _, o := range b.live {
 				answer(o)
+			}
+			if s.onCommit != nil {
+				s.onCommit(n, time.Since(start))
 			}
 			return
 		}
