@@ -73,7 +73,9 @@ func TestDecideJoin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, session.DecideJoin(cfg, tt.counters, tt.existing, "new", now))
+			got, err := session.DecideJoin(cfg, tt.counters, session.Pace{}, tt.existing, "new", now)
+			assert.NoError(t, err)
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }

@@ -381,7 +381,9 @@ func (g *gateMemory) presenceOf(id string) *presence {
 }
 
 // Sweep passes on at once the slots of promoted sessions that did not claim
-// them by their deadline (Store.Purge), and releases the active sessions
+// them by their deadline (Store.Purge), promotes waiters into free slots of
+// an open gate (as pacing tokens come back: Store.Purge with no ids), and
+// releases the active sessions
 // whose last socket closed longer than their gate's ReleaseOnDisconnect ago
 // without a sign of life since. The background sweeper calls it every
 // Options.SweepInterval. It returns the first Store error, or
@@ -418,7 +420,7 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 			gone = append(gone, id)
 		}
 		g.mu.RUnlock()
-		if len(unclaimed) > 0 {
+		if len(unclaimed) > 0 || g.fillable() {
 			sort.Strings(unclaimed)
 			if _, err := w.store.Purge(ctx, g.cfg, unclaimed, now); err != nil && firstErr == nil {
 				firstErr = err
@@ -431,6 +433,15 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 		}
 	}
 	return firstErr
+}
+
+// fillable reports whether memory shows waiters and free slots in a gate
+// that admits: pacing held them back (its tokens come back with time), or
+// the limit was raised. Sweep then has the Store promote (Store.Purge with
+// no ids).
+func (g *gateMemory) fillable() bool {
+	v := g.view.Load()
+	return g.cfg.Mode.Admits() && v.Waiting > 0 && v.Active < g.cfg.ActiveLimit
 }
 
 // Global returns the gate's global view from memory, its admission rate

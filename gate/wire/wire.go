@@ -75,7 +75,7 @@ func Status(code session.Code) int {
 		return http.StatusRequestEntityTooLarge
 	case CodeRateLimited:
 		return http.StatusTooManyRequests
-	case session.CodeUnavailable:
+	case session.CodeUnavailable, session.CodeGateClosed:
 		return http.StatusServiceUnavailable
 	case CodeBadGateway:
 		return http.StatusBadGateway

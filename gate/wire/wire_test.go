@@ -36,6 +36,7 @@ func TestStatus(t *testing.T) {
 		"":                          500,
 		wire.CodeBadGateway:         502,
 		session.CodeUnavailable:     503,
+		session.CodeGateClosed:      503,
 		wire.CodeGatewayTimeout:     504,
 	} {
 		assert.Equal(t, want, wire.Status(code), "code %q", code)

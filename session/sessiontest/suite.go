@@ -80,6 +80,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("Presence", func(t *testing.T) { testPresence(t, open) })
 	t.Run("ReleaseOnDisconnect", func(t *testing.T) { testReleaseOnDisconnect(t, open) })
 	t.Run("ExactPlace", func(t *testing.T) { testExactPlace(t, open) })
+	t.Run("Modes", func(t *testing.T) { testModes(t, open) })
+	t.Run("Pacing", func(t *testing.T) { testPacing(t, open) })
 }
 
 // harness is one Store under test, the path it lives at, a fake clock and a
