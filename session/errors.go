@@ -17,6 +17,8 @@ const (
 	CodeNotActive       Code = "session_not_active" // the session exists but is waiting
 	CodeUnavailable     Code = "unavailable"        // the service is closed or the store cannot be reached
 	CodeGateClosed      Code = "gate_closed"        // the gate is in reject mode: no new session gets in
+	CodeGateExists      Code = "gate_exists"        // a gate of that name is already configured
+	CodeGateInUse       Code = "gate_in_use"        // the gate has sessions and is not in reject mode
 	CodeInternal        Code = "internal"           // anything else; a bug or a storage failure
 )
 

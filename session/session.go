@@ -66,6 +66,16 @@ type GateConfig struct {
 	NewUsersPerMinute int64
 }
 
+// String renders the configuration for logs.
+func (c GateConfig) String() string {
+	mode := c.Mode
+	if mode == "" {
+		mode = ModeOpen
+	}
+	return fmt.Sprintf("limit=%d active_timeout=%v waiting_timeout=%v claim_timeout=%v release_on_disconnect=%v mode=%s new_users_per_minute=%d",
+		c.ActiveLimit, c.ActiveTimeout, c.WaitingTimeout, c.ClaimTimeout, c.ReleaseOnDisconnect, mode, c.NewUsersPerMinute)
+}
+
 // Mode is a gate's admission mode.
 type Mode string
 

@@ -82,6 +82,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("ExactPlace", func(t *testing.T) { testExactPlace(t, open) })
 	t.Run("Modes", func(t *testing.T) { testModes(t, open) })
 	t.Run("Pacing", func(t *testing.T) { testPacing(t, open) })
+	t.Run("GateSettings", func(t *testing.T) { testGateSettings(t, open) })
+	t.Run("RuntimeSettings", func(t *testing.T) { testRuntimeSettings(t, open) })
 }
 
 // harness is one Store under test, the path it lives at, a fake clock and a

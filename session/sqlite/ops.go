@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/anteroomhq/anteroom/session"
@@ -428,8 +429,18 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 }
 
 func (s *Store) applyLoad(b *batch, o *op) error {
-	o.snaps = make(map[string]session.GateSnapshot, len(o.gates))
-	for _, name := range o.gates {
+	settings, err := s.allSettings()
+	if err != nil {
+		return err
+	}
+	names := append([]string(nil), o.gates...)
+	for name := range settings {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	o.snaps = make(map[string]session.GateSnapshot, len(names))
+	for _, name := range names {
 		e, err := s.gate(b, name)
 		if err != nil {
 			return err
@@ -450,7 +461,11 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting}
+		snap := session.GateSnapshot{State: st, Active: active, Waiting: waiting}
+		if c, ok := settings[name]; ok {
+			snap.Settings = &c
+		}
+		o.snaps[name] = snap
 	}
 	return nil
 }

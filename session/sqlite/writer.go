@@ -23,6 +23,7 @@ const (
 	opLoad
 	opSecret
 	opPurge
+	opSettings
 )
 
 func (k opKind) String() string {
@@ -43,6 +44,8 @@ func (k opKind) String() string {
 		return "secret"
 	case opPurge:
 		return "purge"
+	case opSettings:
+		return "settings"
 	}
 	return "op"
 }
@@ -59,8 +62,9 @@ type op struct {
 	ids     []string
 	gates   []string
 	gen     func() ([]byte, error)
-	updIn   updateStep // where an update step starts
-	upd     updateStep // where it ended, and what it did
+	setting *session.GateConfig // opSettings: what to save; nil deletes
+	updIn   updateStep          // where an update step starts
+	upd     updateStep          // where it ended, and what it did
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
@@ -353,6 +357,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applyLoad(b, o)
 	case opSecret:
 		err = s.applySecret(o)
+	case opSettings:
+		err = s.applySettings(o)
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
