@@ -110,6 +110,9 @@ func (s *Server) serveProxy(c echo.Context) error {
 		return nil
 	}
 	view, err := s.admit(r.Context(), gate, id, ok)
+	if errors.Is(err, session.ErrGateClosed) && guard.WantsPage(r) {
+		return s.renderClosedPage(c, gate)
+	}
 	if err != nil {
 		return err
 	}

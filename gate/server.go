@@ -81,7 +81,14 @@ type Options struct {
 	Ready func() error
 	// MaxBodyBytes bounds request bodies; larger ones get 413. Default 4 KiB.
 	MaxBodyBytes int64
-	Logger       *slog.Logger
+	// AdminToken turns on the admin API under {base}/admin/api/ (admin.go),
+	// authorised by "Authorization: Bearer <AdminToken>"; at least
+	// MinAdminTokenLength characters. Empty: every admin path answers 404.
+	AdminToken string
+	// AdminRateLimit bounds admin requests per client, checked before the
+	// token. Default: 10 a second, bursts of 30.
+	AdminRateLimit RateLimitOptions
+	Logger         *slog.Logger
 }
 
 // Server is the sidecar's http.Handler.
@@ -92,6 +99,8 @@ type Server struct {
 	proxy   *proxy
 	apiKeys [][sha256.Size]byte
 	origins originPolicy
+	// adminToken is the digest of Options.AdminToken; nil when off.
+	adminToken *[sha256.Size]byte
 }
 
 // New builds the Server and its routes. It returns an error when a required
@@ -151,6 +160,9 @@ func New(opts Options) (*Server, error) {
 	e.GET(b+"/", s.waitingPage)
 	e.GET(b, s.waitingPage)
 
+	if err := s.adminRoutes(e); err != nil {
+		return nil, err
+	}
 	for _, k := range opts.APIKeys {
 		if len(k) < minAPIKeyLength {
 			return nil, fmt.Errorf("gate: API keys must be at least %d characters", minAPIKeyLength)

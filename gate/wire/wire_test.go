@@ -37,6 +37,9 @@ func TestStatus(t *testing.T) {
 		wire.CodeBadGateway:         502,
 		session.CodeUnavailable:     503,
 		session.CodeGateClosed:      503,
+		session.CodeGateExists:      409,
+		session.CodeGateInUse:       409,
+		wire.CodeAdminTokenRequired: 401,
 		wire.CodeGatewayTimeout:     504,
 	} {
 		assert.Equal(t, want, wire.Status(code), "code %q", code)
