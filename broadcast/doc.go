@@ -35,11 +35,29 @@
 // meanwhile the writers skip it and its mailbox keeps only the newest, and
 // once drained it is written what the mailbox kept. A socket still not
 // drained after Options.WriteTimeout is closed, so a slow client never
-// holds up a writer or the others, and never accumulates a backlog. The
-// websocket library's own frames (pongs, close frames) go through the same
-// per-socket write, so frames never interleave. One goroutine per hub
-// pings every socket every PingInterval (each on its own schedule) and
-// closes those whose pong is more than WriteTimeout late.
+// holds up a writer or the others, and never accumulates a backlog.
+//
+// Every byte a socket gets goes through that one per-socket write, whole
+// frames at a time, so frames never interleave. The hub frames its
+// messages, its pings and its pongs itself (package wsframe: final,
+// unmasked server frames); it answers a client's ping itself, telling
+// coder/websocket not to (OnPingReceived returns false). What the library
+// still writes (close frames: its close handshake, its protocol-error
+// closes) reaches the socket only through the bufio.Writer and net.Conn
+// the hub's Hijack gave it, both of which feed a wsframe.Splitter that
+// cuts the stream into whole frames, however the library buffers it; a
+// frame over 125 bytes of payload, or not framed as RFC 6455 says, ends
+// the socket. The library's close of the connection waits until the bytes
+// owed to the socket are out. Under TLS (or any connection that is not a
+// plain socket) there is no non-blocking write: every write takes the
+// drain path. A backed-up socket may owe at most 64 KiB (what one write
+// left, plus control frames); past that it is closed as slow, so a client
+// that pings a socket it never reads cannot make the hub buffer pongs
+// without end.
+//
+// One goroutine per hub pings every socket every PingInterval (each on
+// its own schedule) and closes those whose pong is more than WriteTimeout
+// late.
 //
 // Handoff returns from the HTTP handler once the socket is up, which frees
 // the server's goroutine and buffers: about 8.5 KB per socket (heap and

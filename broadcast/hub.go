@@ -159,11 +159,12 @@ type subscriber struct {
 	conn *websocket.Conn // nil for in-memory subscribers
 	end  atomic.Uint32   // endReason: why the hub ended the socket; the first one wins
 
-	wmu         sync.Mutex // guards the four fields below; held for each whole frame written
-	pending     []byte     // bytes the socket has not taken yet, in order; the drain writes them
-	pendingMsgs uint64     // messages in pending, for Stats.Sent
-	draining    bool       // a drain goroutine owns pending
-	werr        error      // the write error that is ending the socket
+	wmu          sync.Mutex // guards the five fields below; held for each whole frame written
+	pending      []byte     // bytes the socket has not taken yet, in order; the drain writes them
+	pendingMsgs  uint64     // messages in pending, for Stats.Sent
+	draining     bool       // a drain goroutine owns pending
+	closeDrained bool       // the library closed the socket while draining: the drain closes it when done
+	werr         error      // the write error that is ending the socket
 
 	pingSent atomic.Int64 // unix ns of the unanswered ping; 0: none
 	nextPing int64        // unix ns; guarded by gate.subsMu

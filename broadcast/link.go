@@ -1,11 +1,12 @@
 package broadcast
 
 import (
-	"encoding/binary"
 	"errors"
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/anteroomhq/anteroom/broadcast/wsframe"
 )
 
 // link is the byte stream under a socket. Every byte the hub or the
@@ -106,32 +107,7 @@ func (l *netLink) close() { _ = l.nc.Close() }
 
 // textFrame is payload as one unmasked, final websocket text frame: what a
 // server sends, the same bytes for every socket.
-func textFrame(payload []byte) []byte {
-	n := len(payload)
-	var h int
-	switch {
-	case n < 126:
-		h = 2
-	case n <= 0xffff:
-		h = 4
-	default:
-		h = 10
-	}
-	b := make([]byte, h+n)
-	b[0] = 0x81 // FIN, text
-	switch h {
-	case 2:
-		b[1] = byte(n)
-	case 4:
-		b[1] = 126
-		binary.BigEndian.PutUint16(b[2:], uint16(n))
-	default:
-		b[1] = 127
-		binary.BigEndian.PutUint64(b[2:], uint64(n))
-	}
-	copy(b[h:], payload)
-	return b
-}
+func textFrame(payload []byte) []byte { return wsframe.Text(payload) }
 
 // pingFrame is an empty ping; the client's pong is seen by OnPongReceived.
-var pingFrame = []byte{0x89, 0x00}
+var pingFrame = wsframe.Append(nil, wsframe.OpPing, nil)

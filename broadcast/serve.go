@@ -3,15 +3,18 @@ package broadcast
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/anteroomhq/anteroom/broadcast/wsframe"
 	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -146,6 +149,9 @@ func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (
 				s.pingSent.Store(0)
 			}
 		},
+		// The hub answers pings itself, through the socket's one write
+		// path; false tells the library not to write a pong of its own.
+		OnPingReceived: out.pong,
 	})
 	if err != nil {
 		return nil, err
@@ -239,11 +245,11 @@ func (h *Hub) leaveClient(client string) {
 
 // hijacker hands the websocket library small bufio buffers instead of the
 // HTTP server's 4 KB ones, which become garbage once the handler returns,
-// and puts the socket's link under its writes. Reads are frame headers and
-// control frames (at most 125 bytes of payload). The library writes only
-// control frames (the hub writes the messages itself, pre-framed), each one
-// flushed whole (at most 127 bytes) into one write of the link, so its
-// frames never interleave with the hub's.
+// and puts the socket's one write path under everything the library
+// writes: both the bufio.Writer and the net.Conn it is given write into the
+// socket's sockOut, which cuts the bytes into whole frames before they go
+// to the socket. Reads are frame headers and control frames (at most 125
+// bytes of payload).
 type hijacker struct {
 	http.ResponseWriter
 	out *sockOut
@@ -266,37 +272,107 @@ func (w *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		br = bufio.NewReaderSize(nc, 256)
 	} // else keep the bytes a client sent before the 101 (rare)
 	w.out.link = newNetLink(nc)
-	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, 256)), nil
+	lc := &libConn{Conn: nc, out: w.out}
+	return lc, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, 256)), nil
 }
 
-// sockOut is what the websocket library's bufio.Writer writes to: before
-// the socket is registered (a refusal's close frame), the link directly
-// (blocking, bounded by WriteTimeout); after, the subscriber's write.
+// libConn is the net.Conn the websocket library gets: reads and read
+// deadlines go to the socket; writes go through the socket's sockOut like
+// the library's buffered writes; its close waits for the bytes the hub
+// still owes the socket; write deadlines are the hub's alone (the drain
+// sets them), so the library's, if it ever set any, are dropped.
+type libConn struct {
+	net.Conn
+	out *sockOut
+}
+
+// Close closes the socket once what the hub owes it is written, or after
+// at most a second (see closeAfterDrain); at once when nothing is
+// pending. It returns the error of closing the socket when it closes it
+// now, nil otherwise.
+func (c *libConn) Close() error {
+	if s := c.out.s.Load(); s != nil && s.closeAfterDrain(min(closeGrace, c.out.h.opts.WriteTimeout)) {
+		return nil
+	}
+	return c.Conn.Close()
+}
+
+func (c *libConn) Write(p []byte) (int, error)        { return c.out.Write(p) }
+func (c *libConn) SetDeadline(t time.Time) error      { return c.Conn.SetReadDeadline(t) }
+func (c *libConn) SetWriteDeadline(t time.Time) error { return nil }
+func (c *libConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(t) }
+
+// sockOut is where everything the websocket library writes to a socket
+// goes. It cuts the library's byte stream into whole frames (the library
+// writes a frame in as many pieces as it likes; here it writes only
+// control frames, close frames in practice, since the hub writes the
+// messages and the pings and answers pings itself) and writes each whole
+// frame, so a library frame and a hub frame never interleave, whatever
+// the library's buffering. Before the socket is registered (a refusal's
+// close frame) a frame goes to the link directly, blocking, bounded by
+// WriteTimeout; after, through the subscriber's write, under its lock.
 type sockOut struct {
 	h    *Hub
 	s    atomic.Pointer[subscriber] // set by register before the subscriber is visible to others
 	link *netLink
+
+	mu    sync.Mutex // the library serializes its writes; this makes sure
+	split wsframe.Splitter
 }
 
+// Write takes a piece of the library's byte stream. It returns the error
+// that ends the socket: a write error, or (wrapping wsframe.ErrTooLarge or
+// ErrMalformed) a frame longer than a control frame can be or not framed
+// as RFC 6455 says, after which the stream has lost its framing and the
+// socket is closed.
 func (o *sockOut) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.split.Write(p, o.writeFrame); err != nil {
+		if s := o.s.Load(); s != nil {
+			o.h.fail(s, endWriteErr)
+		} else {
+			o.link.close()
+		}
+		return 0, fmt.Errorf("broadcast: library write: %w", err)
+	}
+	return len(p), nil
+}
+
+// writeFrame writes one whole frame of the library's.
+func (o *sockOut) writeFrame(f []byte) error {
 	s := o.s.Load()
 	if s == nil {
-		if err := o.link.writeBy(p, time.Now().Add(o.h.opts.WriteTimeout)); err != nil {
-			return 0, err
+		if err := o.link.writeBy(f, time.Now().Add(o.h.opts.WriteTimeout)); err != nil {
+			return err
 		}
 		o.link.clearDeadline()
-		return len(p), nil
+		return nil
 	}
-	if o.h.write(s, p, false) == failed {
+	if o.h.write(s, f, false) == failed {
 		s.wmu.Lock()
 		err := s.werr
 		s.wmu.Unlock()
 		if err == nil {
 			err = net.ErrClosed
 		}
-		return 0, err
+		return err
 	}
-	return len(p), nil
+	return nil
+}
+
+// pong is the socket's OnPingReceived: it writes the pong itself, through
+// the subscriber's write like every frame, and returns false so the
+// library writes none. Before the socket is registered (the library is
+// then reading only to finish a refusal's close handshake) it lets the
+// library answer, through Write.
+func (o *sockOut) pong(_ context.Context, payload []byte) bool {
+	s := o.s.Load()
+	if s == nil {
+		return true
+	}
+	o.h.write(s, wsframe.Append(make([]byte, 0, 2+len(payload)), wsframe.OpPong, payload), false)
+	return false
 }
 
 type endReason uint32

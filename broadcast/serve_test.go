@@ -34,6 +34,24 @@ type testServer struct {
 
 func newTestServer(t testing.TB, h *Hub, wrap func(net.Listener) net.Listener) *testServer {
 	t.Helper()
+	return startTestServer(t, h, wrap, false)
+}
+
+// newTLSTestServer is newTestServer over TLS (httptest's certificate):
+// the hijacked connection is a *tls.Conn, so the hub cannot use its raw
+// socket writes and takes its fallback path. Dial it with tlsDial.
+func newTLSTestServer(t testing.TB, h *Hub, wrap func(net.Listener) net.Listener) *testServer {
+	t.Helper()
+	return startTestServer(t, h, wrap, true)
+}
+
+// tlsDial is the DialOptions that trust ts's certificate.
+func (ts *testServer) tlsDial() *websocket.DialOptions {
+	return &websocket.DialOptions{HTTPClient: ts.Client()}
+}
+
+func startTestServer(t testing.TB, h *Hub, wrap func(net.Listener) net.Listener, useTLS bool) *testServer {
+	t.Helper()
 	ts := &testServer{h: h, errs: make(chan error, 10_000)}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -55,7 +73,11 @@ func newTestServer(t testing.TB, h *Hub, wrap func(net.Listener) net.Listener) *
 	if wrap != nil {
 		srv.Listener = wrap(srv.Listener)
 	}
-	srv.Start()
+	if useTLS {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(srv.Close)
 	ts.Server = srv
 	return ts

@@ -20,6 +20,14 @@ import (
 // fanoutBatch is how many subscribers one pool task writes.
 const fanoutBatch = 128
 
+// maxPending bounds the bytes a backed-up socket may owe. While a socket
+// drains, the writers put nothing in its pending bytes (its mailbox keeps
+// the newest message instead): only what one write left behind, and the
+// control frames written meanwhile (pings, pongs, a close), are there.
+const maxPending = 64 << 10
+
+var errBacklog = errors.New("broadcast: socket backlog over its bound")
+
 // pool is the hub's queue of write tasks, served by its writer goroutines.
 type pool struct {
 	mu     sync.Mutex
@@ -183,6 +191,14 @@ func (h *Hub) writeLocked(s *subscriber, p []byte, msg bool) writeResult {
 		return failed
 	}
 	if s.draining {
+		if len(s.pending)+len(p) > maxPending {
+			// Only control frames pile up here (the mailbox keeps one
+			// message): a client that keeps pinging a socket it does not
+			// read is closed as slow rather than buffered without end.
+			s.werr = errBacklog
+			h.fail(s, endSlow)
+			return failed
+		}
 		s.pending = append(s.pending, p...)
 		if msg {
 			s.pendingMsgs++
@@ -224,7 +240,12 @@ func (h *Hub) drain(s *subscriber) {
 			s.link.clearDeadline()
 			s.pending, s.pendingMsgs = nil, 0
 			s.draining = false
+			closeNow := s.closeDrained
 			s.wmu.Unlock()
+			if closeNow {
+				s.link.close() // the library's close, held back until its last frame was out
+				return
+			}
 			break
 		}
 		p, msgs := s.pending, s.pendingMsgs
@@ -313,3 +334,27 @@ func (h *Hub) pinger() {
 		clear(slow[:cap(slow)])
 	}
 }
+
+// closeAfterDrain is the library's close of s's socket. When a drain is
+// writing s's pending bytes (the library's own close frame may be among
+// them: over TLS every write is drained), the drain closes the socket once
+// they are out, instead of now, which would drop them; and so that a
+// socket that takes nothing is not held open until WriteTimeout, it is
+// closed after grace whatever the drain's progress. It reports whether it
+// deferred the close.
+func (s *subscriber) closeAfterDrain(grace time.Duration) bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if !s.draining || s.werr != nil {
+		return false
+	}
+	if !s.closeDrained {
+		s.closeDrained = true
+		time.AfterFunc(grace, s.link.close)
+	}
+	return true
+}
+
+// closeGrace bounds how long the library's close of a socket waits for the
+// bytes owed to it.
+const closeGrace = time.Second

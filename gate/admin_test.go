@@ -469,6 +469,6 @@ func TestClosedGateProxy(t *testing.T) {
 	require.NoError(t, err)
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	assert.Equal(t, session.CodeGateClosed, errorCode(t, string(b)))
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "an API request creates no session, closed gate or not")
+	assert.Equal(t, session.Code("no_session"), errorCode(t, string(b)))
 }

@@ -23,6 +23,12 @@ const (
 	codeAPIKeyRequired   = wire.CodeAPIKeyRequired
 	codeCrossOrigin      = wire.CodeCrossOrigin
 	codeInvalidTicket    = wire.CodeInvalidTicket
+	// Reverse-proxy mode: a path that cannot be cleaned unambiguously, an
+	// app that sent no response headers in time, a request body that
+	// stopped arriving.
+	codeInvalidPath     = wire.CodeInvalidPath
+	codeUpstreamTimeout = wire.CodeUpstreamTimeout
+	codeRequestTimeout  = wire.CodeRequestTimeout
 )
 
 // ErrorBody is the JSON body of every error answer (wire.ErrorBody).

@@ -57,6 +57,9 @@ func upstreamApp(t *testing.T, release <-chan struct{}) *httptest.Server {
 	return ts
 }
 
+// acceptHTML is what a browser sends when it loads a page.
+const acceptHTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
 func proxyHarness(t *testing.T, upstream string) *harness {
 	u, err := url.Parse(upstream)
 	require.NoError(t, err)
@@ -70,9 +73,9 @@ func TestProxyLetsTheActiveSessionThroughAndQueuesTheOther(t *testing.T) {
 	h := proxyHarness(t, app.URL)
 	first, second := newClient(t), newClient(t)
 
-	r := do(t, first, http.MethodGet, h.url+"/dashboard", "", "")
+	r := do(t, first, http.MethodGet, h.url+"/dashboard", "", "", "Accept", acceptHTML)
 	require.Equal(t, http.StatusOK, r.status)
-	assert.Contains(t, r.raw, "app: GET /dashboard", "a newcomer is joined on its first request and, with a free slot, let through")
+	assert.Contains(t, r.raw, "app: GET /dashboard", "a newcomer is joined on its first page and, with a free slot, let through")
 	assert.Contains(t, r.raw, "xff=127.0.0.1")
 	assert.Contains(t, r.raw, "proto=http")
 	assert.Contains(t, r.raw, "host="+strings.TrimPrefix(h.url, "http://"), "the app sees the host the browser asked for")
@@ -109,7 +112,7 @@ func TestProxyPassesWebsocketsAndStreams(t *testing.T) {
 	app := upstreamApp(t, release)
 	h := proxyHarness(t, app.URL)
 	c := newClient(t)
-	require.Contains(t, do(t, c, http.MethodGet, h.url+"/", "", "").raw, "app:")
+	require.Contains(t, do(t, c, http.MethodGet, h.url+"/", "", "", "Accept", acceptHTML).raw, "app:")
 	u, err := url.Parse(h.url)
 	require.NoError(t, err)
 	cookies := c.Jar.Cookies(u)
@@ -128,7 +131,7 @@ func TestProxyPassesWebsocketsAndStreams(t *testing.T) {
 
 	// A waiter's websocket upgrade does not reach the app.
 	waiter := newClient(t)
-	do(t, waiter, http.MethodGet, h.url+"/", "", "")
+	do(t, waiter, http.MethodGet, h.url+"/", "", "", "Accept", acceptHTML)
 	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/echo", &websocket.DialOptions{HTTPHeader: http.Header{"Cookie": {cookieOf(t, waiter, u)}}})
 	require.Error(t, err)
 	require.NotNil(t, resp)
@@ -163,8 +166,13 @@ func TestProxyAnswers502WhenTheUpstreamIsDown(t *testing.T) {
 	dead := "http://" + ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens there now
 	h := proxyHarness(t, dead)
-	r := do(t, newClient(t), http.MethodGet, h.url+"/", "", "")
-	requireError(t, r, http.StatusBadGateway, "bad_gateway")
+	c := newClient(t)
+	// A browser gets a page saying so, anything else the JSON error.
+	r := do(t, c, http.MethodGet, h.url+"/", "", "", "Accept", acceptHTML)
+	assert.Equal(t, http.StatusBadGateway, r.status)
+	assert.Contains(t, r.header.Get("Content-Type"), "text/html")
+	assert.Contains(t, r.raw, "Bad Gateway")
+	requireError(t, do(t, c, http.MethodGet, h.url+"/", "", ""), http.StatusBadGateway, "bad_gateway")
 }
 
 func TestProxyOptionsAreChecked(t *testing.T) {

@@ -99,6 +99,9 @@ type Server struct {
 	proxy   *proxy
 	apiKeys [][sha256.Size]byte
 	origins originPolicy
+	// limit is the per-IP rate limit of the client API (nil when off); a
+	// proxied page that creates a session spends from it too (allowJoin).
+	limit echo.MiddlewareFunc
 	// adminToken is the digest of Options.AdminToken; nil when off.
 	adminToken *[sha256.Size]byte
 }
@@ -138,15 +141,18 @@ func New(opts Options) (*Server, error) {
 	e.Use(securityHeaders(opts.BasePath + "/check"))
 	s.echo = e
 
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
+	// What a GET reads, a HEAD reads too: the same answer, and net/http
+	// drops the body.
+	getHead := []string{http.MethodGet, http.MethodHead}
+	e.Match(getHead, "/healthz", s.healthz)
+	e.Match(getHead, "/readyz", s.readyz)
 
 	// Route middleware, not group middleware: echo gives a group with
 	// middleware catch-all routes, which would turn 405s into 404s.
 	b := opts.BasePath
 	limited := []echo.MiddlewareFunc{noStore}
-	if rl := rateLimit(opts.RateLimit); rl != nil {
-		limited = append(limited, rl)
+	if s.limit = rateLimit(opts.RateLimit); s.limit != nil {
+		limited = append(limited, s.limit)
 	}
 	e.POST(b+"/api/join", s.join, limited...)
 	e.POST(b+"/api/leave", s.leave, limited...)
@@ -155,10 +161,10 @@ func New(opts Options) (*Server, error) {
 	e.GET(b+"/api/status", s.status, limited...)
 	e.GET(b+"/api/global", s.global, limited...)
 	e.GET(b+"/ws", s.socket, limited[1:]...)
-	e.GET(b+"/check", s.check)
-	e.GET(b+"/anteroom.js", s.snippet)
-	e.GET(b+"/", s.waitingPage)
-	e.GET(b, s.waitingPage)
+	e.Match(getHead, b+"/check", s.check)
+	e.Match(getHead, b+"/anteroom.js", s.snippet)
+	e.Match(getHead, b+"/", s.waitingPage)
+	e.Match(getHead, b, s.waitingPage)
 
 	if err := s.adminRoutes(e); err != nil {
 		return nil, err
@@ -179,7 +185,7 @@ func New(opts Options) (*Server, error) {
 		e.Any("/*", s.serveProxy)
 		e.Any("/", s.serveProxy)
 	case opts.Demo:
-		e.GET("/", s.demoPage)
+		e.Match(getHead, "/", s.demoPage)
 		e.GET("/demo/api/secret", s.demoSecret, noStore)
 	}
 	return s, nil
@@ -376,6 +382,26 @@ func (s *Server) join(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
 }
+
+// allowJoin spends one request of the client's per-IP rate limit, the one
+// POST {base}/api/join spends from, so that no path creates sessions faster.
+// Over the limit the 429 has been answered and it returns errAnswered.
+func (s *Server) allowJoin(c echo.Context) error {
+	if s.limit == nil {
+		return nil
+	}
+	allowed := false
+	if err := s.limit(func(echo.Context) error { allowed = true; return nil })(c); err != nil {
+		return err
+	}
+	if !allowed {
+		return errAnswered
+	}
+	return nil
+}
+
+// errAnswered stops a handler whose answer has been written already.
+var errAnswered = errors.New("gate: answered")
 
 func (s *Server) setCookie(c echo.Context, tok string) {
 	r := c.Request()

@@ -8,6 +8,14 @@ import (
 // The rules of the waiting line, as pure functions. A Store calls them inside
 // its transaction with the rows and counters it read there, then writes what
 // they decided. Nothing here does I/O or reads a clock.
+//
+// A session's status only moves forward: a session is inserted waiting or
+// active, a waiting session may become active (Promote), and any session may
+// be deleted (DecideRelease, DecidePurge). No rule turns an active session
+// back into a waiting one. Stores rely on it: with positions handed out in
+// order and promotions in position order, every active position of a gate is
+// below every waiting one, so the first waiter can be sought from a lower
+// bound that only grows. sessiontest checks it of every Store.
 
 // Action says what a Store must do with a session row.
 type Action uint8
@@ -103,10 +111,21 @@ func DecideRelease(cfg GateConfig, c Counters, existing *Session) Outcome {
 	if existing == nil {
 		return Outcome{Action: ActionNone}
 	}
-	o := Outcome{Action: ActionDelete, Session: *existing}
+	o := DecidePurge(*existing)
 	if existing.Status == StatusActive {
-		o.Delta.Active = -1
 		o.Promote = Promotions(cfg, c.Add(o.Delta))
+	}
+	return o
+}
+
+// DecidePurge decides the deletion of a stored session by update() (one that
+// IsStale) or by release(): the row is deleted and the counter of its status
+// goes down by one. It decides no promotion: update() promotes once after
+// its purges, release() per DecideRelease.
+func DecidePurge(s Session) Outcome {
+	o := Outcome{Action: ActionDelete, Session: s}
+	if s.Status == StatusActive {
+		o.Delta.Active = -1
 	} else {
 		o.Delta.Waiting = -1
 	}
@@ -148,20 +167,6 @@ func DecideTouch(existing *Session, t Touch) Outcome {
 		return Outcome{Action: ActionNone, Session: s}
 	}
 	return Outcome{Action: ActionUpdate, Session: s}
-}
-
-// DecidePurge decides the deletion of a stale session (see StaleReason):
-// the row goes, and its counter with it. It does not promote: a purge
-// frees slots, and the caller promotes PromotionCount waiters once its
-// purges are done.
-func DecidePurge(s Session) Outcome {
-	o := Outcome{Action: ActionDelete, Session: s}
-	if s.Status == StatusActive {
-		o.Delta.Active = -1
-	} else {
-		o.Delta.Waiting = -1
-	}
-	return o
 }
 
 // PromotionCount is how many waiters to promote given the counters: as many

@@ -130,6 +130,71 @@ func TestDecideRelease(t *testing.T) {
 	}
 }
 
+func TestDecidePurge(t *testing.T) {
+	waiting := session.Session{Gate: "default", ID: "w", Position: 7, Status: session.StatusWaiting, LastActive: t0}
+	active := session.Session{Gate: "default", ID: "a", Position: 3, Status: session.StatusActive, LastActive: t0}
+	tests := []struct {
+		name string
+		s    session.Session
+		want session.Outcome
+	}{
+		{"stale waiter: deleted, one fewer waiting", waiting,
+			session.Outcome{Action: session.ActionDelete, Session: waiting, Delta: session.Counters{Waiting: -1}}},
+		{"stale active session: deleted, one fewer active, no promotion decided", active,
+			session.Outcome{Action: session.ActionDelete, Session: active, Delta: session.Counters{Active: -1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, session.DecidePurge(tt.s))
+		})
+	}
+}
+
+// No rule turns an active session back into a waiting one, whatever the
+// counters and the limit (also one lowered to zero), the time, or the
+// session's LastActive.
+func TestNoRuleTurnsActiveIntoWaiting(t *testing.T) {
+	limits := []int64{0, 1, 2, 100}
+	counters := []session.Counters{
+		{NextPosition: 1}, {NextPosition: 9, Active: 1}, {NextPosition: 9, Active: 2, Waiting: 5},
+		{NextPosition: 9, Active: 50, Waiting: 1}, {NextPosition: 9, Waiting: 7},
+	}
+	times := []time.Time{t0.Add(-time.Hour), t0, t0.Add(time.Nanosecond), t0.Add(24 * time.Hour)}
+	lastActives := []time.Time{{}, t0.Add(-time.Hour), t0}
+	stillActive := func(t *testing.T, what string, o session.Outcome) {
+		t.Helper()
+		if o.Action == session.ActionInsert || o.Action == session.ActionUpdate {
+			assert.Equal(t, session.StatusActive, o.Session.Status, "%s: an active session became %s", what, o.Session.Status)
+			assert.Zero(t, o.Delta.Waiting, "%s: waiting counter moved for an active session", what)
+		}
+		assert.LessOrEqual(t, o.Delta.Active, int64(0), "%s: an active session counted again", what)
+	}
+	n := 0
+	for _, limit := range limits {
+		c := cfg
+		c.ActiveLimit = limit
+		for _, cs := range counters {
+			for _, now := range times {
+				for _, la := range lastActives {
+					a := session.Session{Gate: "default", ID: "a", Position: 3, Status: session.StatusActive, LastActive: la, CreatedAt: t0}
+					joined, err := session.DecideJoin(c, cs, session.Pace{}, &a, "a", now)
+					assert.NoError(t, err)
+					stillActive(t, "join", joined)
+					stillActive(t, "leave", session.DecideLeave(&a, now))
+					stillActive(t, "release", session.DecideRelease(c, cs, &a))
+					stillActive(t, "purge", session.DecidePurge(a))
+					stillActive(t, "touch", session.DecideTouch(&a, session.Touch{ID: "a", LastActive: now, Claim: true}))
+					n += 5
+				}
+			}
+		}
+	}
+	// Promote, the one rule that changes a status, goes the other way.
+	w := session.Session{Gate: "default", ID: "w", Position: 7, Status: session.StatusWaiting, CreatedAt: t0}
+	assert.Equal(t, session.StatusActive, session.Promote(cfg, w, t0).Session.Status)
+	assert.Positive(t, n)
+}
+
 func TestPromote(t *testing.T) {
 	w := session.Session{Gate: "default", ID: "w", Position: 7, Status: session.StatusWaiting, CreatedAt: t0}
 	now := t0.Add(time.Second)
@@ -177,13 +242,6 @@ func TestDecideTouch(t *testing.T) {
 			assert.Equal(t, tt.want, session.DecideTouch(tt.existing, tt.touch))
 		})
 	}
-}
-
-func TestDecidePurge(t *testing.T) {
-	a := session.Session{ID: "a", Status: session.StatusActive}
-	w := session.Session{ID: "w", Status: session.StatusWaiting}
-	assert.Equal(t, session.Outcome{Action: session.ActionDelete, Session: a, Delta: session.Counters{Active: -1}}, session.DecidePurge(a))
-	assert.Equal(t, session.Outcome{Action: session.ActionDelete, Session: w, Delta: session.Counters{Waiting: -1}}, session.DecidePurge(w))
 }
 
 func TestPromotionCount(t *testing.T) {

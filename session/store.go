@@ -48,7 +48,8 @@ type Store interface {
 	Get(ctx context.Context, gate, id string) (Session, error)
 
 	// Touch runs DecideTouch for each given session of a gate, waiting or
-	// active. Sessions that no longer exist are skipped.
+	// active. Sessions that no longer exist are skipped. The caller bounds
+	// len(touches): the Waitlist sends at most Options.UpdateChunk per call.
 	Touch(ctx context.Context, gate string, touches []Touch) error
 
 	// Purge deletes those of the named sessions that StaleReason calls stale
@@ -58,13 +59,25 @@ type Store interface {
 	Purge(ctx context.Context, cfg GateConfig, ids []string, now time.Time) (UpdateReport, error)
 
 	// Update is the cron tick for one gate at now: delete stale waiting
-	// sessions, delete stale active sessions, then promote waiters in position
-	// order up to PromotionCount, each step in transactions of at most chunk
-	// rows so that the writer is never held for long.
+	// sessions (IsStale), delete stale active sessions, then promote waiters
+	// in position order up to PromotionCount, each step in transactions of at
+	// most chunk rows so that the writer is never held for long. The chunk
+	// is the caller's (the Waitlist's Options.UpdateChunk); chunk <= 0 means
+	// DefaultUpdateChunk.
 	Update(ctx context.Context, cfg GateConfig, now time.Time, chunk int) (UpdateReport, error)
 
 	// Close flushes and closes the Store. Calls after it return ErrUnavailable.
 	Close() error
+}
+
+// ReadyChecker is implemented by a Store that can tell whether it can serve
+// writes now; Waitlist.Ready asks it. A Store without it is taken as ready.
+type ReadyChecker interface {
+	// Ready returns nil when the Store can write, else an error (with
+	// CodeUnavailable) saying why: its storage is full or failing, its file
+	// was removed, its server is unreachable. It must be cheap when all is
+	// well: it answers readiness probes.
+	Ready(ctx context.Context) error
 }
 
 // GateSnapshot is a gate's persisted state as loaded at start.
@@ -122,6 +135,12 @@ type Event struct {
 type Commit struct {
 	Events []Event
 	Gates  map[string]GateState
+	// Resync, when set, holds the whole persisted state of the gates it
+	// names: a Store shared by several processes that lost track of the
+	// others' commits read it from its tables. The listener replaces what it
+	// knows of those gates' active sessions with it (Events are then empty;
+	// Gates holds the same states).
+	Resync map[string]GateSnapshot
 }
 
 // Publisher receives what clients must be told. Implementations must not

@@ -23,18 +23,29 @@ type Options struct {
 	// in memory they are always exact. Default 5s; negative disables the
 	// background flusher (Update and Close still flush).
 	TouchInterval time.Duration
-	// UpdateChunk is the most rows one update transaction touches. Default 1000.
+	// UpdateChunk is the most rows one transaction of an update touches
+	// (Store.Update's chunk), and the most refreshes one Store.Touch call
+	// persists: joins queued behind either wait for one such transaction at
+	// most. It is the one setting of that size. Default DefaultUpdateChunk.
 	UpdateChunk int
 	// SweepInterval is how often unclaimed promotions past their deadline
 	// and sessions disconnected past their grace are looked for (Sweep).
 	// Default 250ms; negative disables the background sweeper (tests call
 	// Sweep themselves).
 	SweepInterval time.Duration
+	// Ready, when set, tells whether memory follows the Store: a Store shared
+	// by several processes returns an error while it may have missed the
+	// others' commits. Validate then answers that error (wrapping
+	// ErrUnavailable) rather than read stale memory. Default: always ready.
+	Ready func() error
 }
+
+// DefaultUpdateChunk is the default Options.UpdateChunk, and the chunk a
+// Store uses when Update is asked for none.
+const DefaultUpdateChunk = 256
 
 const (
 	defaultTouchInterval = 5 * time.Second
-	defaultUpdateChunk   = 1000
 	defaultSweepInterval = 250 * time.Millisecond
 )
 
@@ -47,6 +58,7 @@ type Waitlist struct {
 	pub   Publisher
 	log   *slog.Logger
 	chunk int
+	ready func() error
 	// set holds the gates, copied on write (AddGate, RemoveGate) so that
 	// every hot read looks a gate up without a lock.
 	set atomic.Pointer[gateSet]
@@ -128,6 +140,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		pub:   opts.Publisher,
 		log:   opts.Logger,
 		chunk: opts.UpdateChunk,
+		ready: opts.Ready,
 		files: make(map[string]GateConfig, len(gates)),
 	}
 	if w.clock == nil {
@@ -137,7 +150,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		w.log = slog.Default()
 	}
 	if w.chunk <= 0 {
-		w.chunk = defaultUpdateChunk
+		w.chunk = DefaultUpdateChunk
 	}
 	names := make([]string, 0, len(gates))
 	for _, cfg := range gates {
@@ -298,12 +311,16 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 }
 
 // ValidateSessionIsActive returns nil when the session exists and is active,
-// ErrNotActive when it is waiting or unknown, and ErrUnknownGate. It is read
+// ErrNotActive when it is waiting or unknown, ErrUnknownGate, and the error
+// of Options.Ready (ErrUnavailable) while memory may be stale. It is read
 // from memory only and does not allocate.
 func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 	g := w.lookup(gate)
 	if g == nil {
 		return ErrUnknownGate
+	}
+	if err := w.following(); err != nil {
+		return err
 	}
 	g.mu.RLock()
 	_, ok := g.active[id]
@@ -321,6 +338,9 @@ func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
 	g := w.lookup(gate)
 	if g == nil {
 		return ErrUnknownGate
+	}
+	if err := w.following(); err != nil {
+		return err
 	}
 	g.mu.RLock()
 	e, ok := g.active[id]
@@ -519,6 +539,19 @@ func (w *Waitlist) Global(gate string) (GlobalView, error) {
 	return g.currentView(w.clock.Now()), nil
 }
 
+// Ready reports whether the service can serve: ErrUnavailable after Close,
+// the Store's error when it implements ReadyChecker and cannot write now
+// (for /readyz), nil otherwise.
+func (w *Waitlist) Ready(ctx context.Context) error {
+	if w.closed.Load() {
+		return ErrUnavailable
+	}
+	if rc, ok := w.store.(ReadyChecker); ok {
+		return rc.Ready(ctx)
+	}
+	return nil
+}
+
 // Update runs the cron tick on every gate: it persists pending refreshes,
 // then purges stale sessions and promotes waiters (Store.Update). It returns
 // one report per gate; on error, the reports of the gates done so far and the
@@ -581,7 +614,8 @@ func (w *Waitlist) republishRates() {
 // session, and a waiter's last sign of life when it has moved on by a
 // quarter of the waiting timeout or when its last socket closed. Open
 // sockets count as a sign of life now. It returns the Store's error, or
-// ErrUnavailable.
+// ErrUnavailable. It sends at most Options.UpdateChunk per
+// Store.Touch call.
 func (w *Waitlist) FlushTouches(ctx context.Context) error {
 	now := w.clock.Now().UnixNano()
 	set := w.set.Load()
@@ -633,20 +667,25 @@ func (w *Waitlist) FlushTouches(ctx context.Context) error {
 		if len(touches) == 0 {
 			continue
 		}
-		if err := w.store.Touch(ctx, name, touches); err != nil {
-			return err
-		}
-		for i, e := range entries {
-			e.persisted.Store(touches[i].LastActive.UnixNano())
-			if touches[i].Claim {
-				e.claimPending.Store(false)
+		for start := 0; start < len(touches); start += w.chunk {
+			chunk := touches[start:min(len(touches), start+w.chunk)]
+			if err := w.store.Touch(ctx, name, chunk); err != nil {
+				return err
 			}
+			g.mu.Lock()
+			for i, t := range chunk {
+				if k := start + i; k < len(entries) {
+					entries[k].persisted.Store(t.LastActive.UnixNano())
+					if t.Claim {
+						entries[k].claimPending.Store(false)
+					}
+				} else {
+					p := waiters[k-len(entries)]
+					p.persisted = max(p.persisted, t.LastActive.UnixNano())
+				}
+			}
+			g.mu.Unlock()
 		}
-		g.mu.Lock()
-		for i, p := range waiters {
-			p.persisted = max(p.persisted, touches[len(entries)+i].LastActive.UnixNano())
-		}
-		g.mu.Unlock()
 	}
 	return nil
 }
@@ -700,6 +739,20 @@ func (w *Waitlist) runSweeper(interval time.Duration) {
 	}
 }
 
+// following returns nil when memory follows the Store (Options.Ready).
+func (w *Waitlist) following() error {
+	if w.ready == nil {
+		return nil
+	}
+	if err := w.ready(); err != nil {
+		if CodeOf(err) != CodeUnavailable {
+			return Errorf(CodeUnavailable, "not following the store: %w", err)
+		}
+		return err
+	}
+	return nil
+}
+
 func (w *Waitlist) gate(name string) (*gateMemory, error) {
 	g := w.lookup(name)
 	if g == nil {
@@ -725,11 +778,16 @@ func (w *Waitlist) writable(gate, id string) (*gateMemory, error) {
 // onCommit is the Store's commit listener: it applies the commit to memory,
 // then tells the publisher.
 func (w *Waitlist) onCommit(c Commit) {
-	var promoted []Session
 	set := w.set.Load()
 	if set == nil {
 		return // a commit of New's Load, before any gate is in memory
 	}
+	for name, snap := range c.Resync {
+		if g := set.m[name]; g != nil {
+			g.resync(snap)
+		}
+	}
+	var promoted []Session
 	for _, ev := range c.Events {
 		g := set.m[ev.Session.Gate]
 		if g == nil {
@@ -806,6 +864,38 @@ func (w *Waitlist) onCommit(c Commit) {
 			}
 		}
 	}
+}
+
+// resync replaces the gate's active set with snap's, keeping the exact
+// LastActive of the sessions that stay.
+func (g *gateMemory) resync(snap GateSnapshot) {
+	if snap.Settings != nil && snap.Settings.Validate() == nil && snap.Settings.Name == g.cfg.Load().Name {
+		// Settings another instance changed (a shared store).
+		c := *snap.Settings
+		g.cfg.Store(&c)
+		g.runtime.Store(true)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fresh := make(map[string]*activeEntry, len(snap.Active))
+	for _, s := range snap.Active {
+		la := s.LastActive.UnixNano()
+		e := g.active[s.ID]
+		if e == nil || e.position != s.Position {
+			e = &activeEntry{position: s.Position}
+			e.lastActive.Store(la)
+		} else if la > e.lastActive.Load() {
+			e.lastActive.Store(la)
+		}
+		e.persisted.Store(la)
+		e.claimDeadline.Store(0)
+		if !s.ClaimDeadline.IsZero() {
+			e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+		}
+		fresh[s.ID] = e
+	}
+	g.active = fresh
+	g.line.reset(snap.Waiting)
 }
 
 func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {

@@ -9,6 +9,9 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,9 +36,12 @@ type Config struct {
 	Upstream          string                `yaml:"upstream"`
 	Protect           []string              `yaml:"protect"`
 	Bypass            []string              `yaml:"bypass"`
+	UpstreamTimeout   Duration              `yaml:"upstream_timeout"`
+	MaxConnsPerIP     *int                  `yaml:"max_conns_per_ip"`
 	APIKeys           []string              `yaml:"api_keys"`
 	BroadcastInterval Duration              `yaml:"broadcast_interval"`
 	AllowedOrigins    []string              `yaml:"allowed_origins"`
+	Demo              *bool                 `yaml:"demo"`
 	LogLevel          string                `yaml:"log_level"`
 	RateLimit         RateLimitConfig       `yaml:"rate_limit"`
 	TrustedProxies    []string              `yaml:"trusted_proxies"`
@@ -65,11 +71,12 @@ type WebsocketConfig struct {
 // Duration is a time.Duration written as a Go duration string ("5m").
 type Duration time.Duration
 
-// UnmarshalYAML parses a Go duration string.
+// UnmarshalYAML parses a Go duration string. It returns an error, with the
+// line, when the value is not one.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	var s string
 	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: want a duration such as \"5m\"", n.Line)
+		return fmt.Errorf("line %d: %s", n.Line, wantDuration)
 	}
 	v, err := parseDuration(s)
 	if err != nil {
@@ -79,10 +86,12 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+const wantDuration = "want a duration like 30s, 5m or 250ms"
+
 func parseDuration(s string) (time.Duration, error) {
 	v, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration such as \"5m\" or \"250ms\"", s)
+		return 0, fmt.Errorf("%s, not %s", wantDuration, quote(s))
 	}
 	return v, nil
 }
@@ -108,53 +117,351 @@ const (
 	defaultMaxSocketsPerClient = 100
 )
 
+// Connection defaults: the upstream's time to send response headers, and
+// the connections one client address may hold open.
+const (
+	defaultUpstreamTimeout = 30 * time.Second
+	defaultMaxConnsPerIP   = 256
+)
+
 // LoadConfig reads the YAML file at path (none when path is empty), applies
 // the environment overrides from environ (KEY=VALUE pairs, as os.Environ),
-// fills defaults and validates. Errors name the key and the problem.
-func LoadConfig(path string, environ []string) (Config, error) {
+// fills defaults and validates. It returns the ANTEROOM_* variables it
+// ignored (for the caller to log), and an error that names the key and says
+// what it wants in plain words.
+func LoadConfig(path string, environ []string) (Config, []EnvWarning, error) {
 	var cfg Config
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return Config{}, fmt.Errorf("config: %w", err)
+			return Config{}, nil, fmt.Errorf("config: %w", err)
 		}
 		if cfg, err = ParseConfig(data); err != nil {
-			return Config{}, fmt.Errorf("config %s: %w", path, err)
+			return Config{}, nil, fmt.Errorf("config %s: %w", path, err)
 		}
 	}
-	if err := cfg.applyEnv(environ); err != nil {
-		return Config{}, err
+	warnings, err := cfg.applyEnv(environ)
+	if err != nil {
+		return Config{}, nil, err
 	}
 	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
-	return cfg, nil
+	return cfg, warnings, nil
 }
 
-// ParseConfig decodes YAML strictly: an unknown key is an error. It neither
-// fills defaults nor validates.
+// ParseConfig decodes YAML strictly. It neither fills defaults nor
+// validates. It returns an error naming the key and its line when a key is
+// unknown ("unknown key \"lisen\" at line 2; known keys: ..."), given
+// twice, or holds a value of the wrong kind ("key \"gates.default.active_timeout\"
+// at line 3: want a duration like 30s, ...").
 func ParseConfig(data []byte) (Config, error) {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Config{}, nil
+		}
+		return Config{}, fmt.Errorf("not valid YAML: %w", err)
+	}
+	if err := checkNode(&doc, configType, ""); err != nil {
+		return Config{}, err
+	}
 	var cfg Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, err
+		// checkNode has caught what it can name; this is the rest
+		// (merge keys), said without Go's type names.
+		return Config{}, errors.New(goTypeNames.ReplaceAllString(err.Error(), ""))
 	}
 	return cfg, nil
 }
 
+var (
+	configType   = reflect.TypeFor[Config]()
+	durationType = reflect.TypeFor[Duration]()
+	// goTypeNames matches the Go type names in yaml's own errors.
+	goTypeNames = regexp.MustCompile(` (in|into) (type )?[\w.*\[\]]+`)
+)
+
+// maxAliasDepth bounds how many aliases checkNode follows in a row.
+const maxAliasDepth = 16
+
+// checkNode checks that the YAML node n fits type t, the type of key (a
+// dotted path, "" for the document), and returns an error in plain words
+// naming the key and the line where it does not.
+func checkNode(n *yaml.Node, t reflect.Type, key string) error {
+	for i := 0; n.Kind == yaml.AliasNode; i++ {
+		if i == maxAliasDepth || n.Alias == nil {
+			return fmt.Errorf("line %d: too many aliases in a row", n.Line)
+		}
+		n = n.Alias
+	}
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil
+		}
+		return checkNode(n.Content[0], t, key)
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // the key is unset: its default applies
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	wrong := func(want string) error {
+		got := ""
+		if n.Kind == yaml.ScalarNode {
+			got = ", not " + quote(n.Value)
+		} else if n.Kind == yaml.SequenceNode {
+			got = ", not a list"
+		} else if n.Kind == yaml.MappingNode {
+			got = ", not a mapping"
+		}
+		if key == "" {
+			return fmt.Errorf("line %d: the file must be a mapping of keys such as \"listen: 127.0.0.1:8080\"%s", n.Line, got)
+		}
+		return fmt.Errorf("key %q at line %d: %s%s", key, n.Line, want, got)
+	}
+	switch {
+	case t == durationType:
+		if n.Kind != yaml.ScalarNode {
+			return wrong(wantDuration)
+		}
+		if _, err := parseDuration(n.Value); err != nil {
+			return wrong(wantDuration)
+		}
+		return nil
+	case t.Kind() == reflect.Struct || t.Kind() == reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			if t.Kind() == reflect.Map {
+				return wrong("want a mapping of names to sections")
+			}
+			return wrong("want a mapping of keys (" + strings.Join(yamlKeys(t), ", ") + ")")
+		}
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				return fmt.Errorf("line %d: keys must be plain names", k.Line)
+			}
+			if k.Value == "<<" && k.Tag == "!!merge" {
+				continue // a merge key: the decoder checks what it merges
+			}
+			sub := k.Value
+			if key != "" {
+				sub = key + "." + k.Value
+			}
+			if line, dup := seen[k.Value]; dup {
+				return fmt.Errorf("key %q appears twice (lines %d and %d)", sub, line, k.Line)
+			}
+			seen[k.Value] = k.Line
+			var vt reflect.Type
+			if t.Kind() == reflect.Map {
+				vt = t.Elem()
+			} else {
+				f, ok := fieldByYAMLKey(t, k.Value)
+				if !ok {
+					known := yamlKeys(t)
+					msg := fmt.Sprintf("unknown key %q at line %d", sub, k.Line)
+					if near := nearest(k.Value, known); editDistance(k.Value, near) <= max(2, len(near)/3) {
+						msg += fmt.Sprintf(" (did you mean %q?)", near)
+					}
+					return fmt.Errorf("%s; known keys: %s", msg, strings.Join(known, ", "))
+				}
+				vt = f.Type
+			}
+			if err := checkNode(v, vt, sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	case t.Kind() == reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return wrong("want a list such as [\"a\", \"b\"]")
+		}
+		for i, e := range n.Content {
+			if err := checkNode(e, t.Elem(), fmt.Sprintf("%s[%d]", key, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Scalars: the YAML type must be the one wanted (yaml would turn 1.5
+	// into a limit of 1), and the value must fit.
+	var want string
+	var tags []string
+	switch t.Kind() {
+	case reflect.String:
+		want, tags = "want a text value", nil
+	case reflect.Int, reflect.Int64:
+		want, tags = "want a whole number such as 100", []string{"!!int"}
+	case reflect.Float64:
+		want, tags = "want a number such as 5 or 0.5", []string{"!!int", "!!float"}
+	case reflect.Bool:
+		want, tags = "want true or false", []string{"!!bool"}
+	default:
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode || (tags != nil && !slices.Contains(tags, n.ShortTag())) ||
+		n.Decode(reflect.New(t).Interface()) != nil {
+		return wrong(want)
+	}
+	return nil
+}
+
+// fieldByYAMLKey returns the field of struct type t whose yaml tag is key.
+func fieldByYAMLKey(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); f.IsExported() && name == key {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// yamlKeys lists the yaml keys of struct type t, in declaration order.
+func yamlKeys(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); f.IsExported() && name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 const envPrefix = "ANTEROOM_"
 
-// applyEnv applies ANTEROOM_* overrides: ANTEROOM_LISTEN, ANTEROOM_BASE_PATH,
-// ANTEROOM_DATABASE, ANTEROOM_UPDATE_INTERVAL, ANTEROOM_SECRET,
-// ANTEROOM_UPSTREAM, ANTEROOM_PROTECT, ANTEROOM_BYPASS, ANTEROOM_API_KEYS,
-// ANTEROOM_BROADCAST_INTERVAL, ANTEROOM_ALLOWED_ORIGINS (lists
-// comma-separated), ANTEROOM_LOG_LEVEL, and per gate
-// ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT / _ACTIVE_TIMEOUT / _WAITING_TIMEOUT,
-// where <NAME> is the gate's name in upper case with '-' and '.' as '_'.
-// A gate named only in the environment is created.
-func (c *Config) applyEnv(environ []string) error {
+// setting is one configuration key: its YAML key (a gate's as
+// "gates.<name>.active_limit"), its environment variable (a gate's as
+// "ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT"), and how an environment value is
+// applied. settings is the one list of them: the environment overrides, the
+// -h text, and the README's and config.example.yaml's lists follow it (a
+// test checks both files).
+type setting struct {
+	key  string
+	env  string
+	want string // what a value looks like, for -h and errors
+	// apply sets the key from an environment value (nil for gate keys).
+	apply func(c *Config, v string) error
+	// applyGate sets a gate's key from an environment value.
+	applyGate func(g *GateConfig, v string) error
+}
+
+// gateEnvPrefix begins every per-gate environment variable.
+const gateEnvPrefix = envPrefix + "GATES_"
+
+var settings = []setting{
+	{key: "listen", env: "ANTEROOM_LISTEN", want: "host:port", apply: func(c *Config, v string) error { c.Listen = v; return nil }},
+	{key: "base_path", env: "ANTEROOM_BASE_PATH", want: "a path", apply: func(c *Config, v string) error { c.BasePath = v; return nil }},
+	{key: "database", env: "ANTEROOM_DATABASE", want: "a file", apply: func(c *Config, v string) error { c.Database = v; return nil }},
+	{key: "update_interval", env: "ANTEROOM_UPDATE_INTERVAL", want: "duration or cron spec", apply: func(c *Config, v string) error { c.UpdateInterval = v; return nil }},
+	{key: "secret", env: "ANTEROOM_SECRET", want: "32+ characters", apply: func(c *Config, v string) error { c.Secret = v; return nil }},
+	{key: "secret_previous", env: "ANTEROOM_SECRET_PREVIOUS", want: "32+ characters", apply: func(c *Config, v string) error { c.SecretPrevious = v; return nil }},
+	{key: "token_ttl", env: "ANTEROOM_TOKEN_TTL", want: "duration", apply: func(c *Config, v string) error {
+		d, err := parseDuration(v)
+		c.TokenTTL = Duration(d)
+		return err
+	}},
+	{key: "upstream", env: "ANTEROOM_UPSTREAM", want: "URL", apply: func(c *Config, v string) error { c.Upstream = v; return nil }},
+	{key: "upstream_timeout", env: "ANTEROOM_UPSTREAM_TIMEOUT", want: "duration", apply: func(c *Config, v string) error {
+		d, err := parseDuration(v)
+		c.UpstreamTimeout = Duration(d)
+		return err
+	}},
+	{key: "max_conns_per_ip", env: "ANTEROOM_MAX_CONNS_PER_IP", want: "whole number", apply: func(c *Config, v string) error {
+		n, err := parseInt(v)
+		c.MaxConnsPerIP = &n
+		return err
+	}},
+	{key: "protect", env: "ANTEROOM_PROTECT", want: "list", apply: func(c *Config, v string) error { c.Protect = splitList(v); return nil }},
+	{key: "bypass", env: "ANTEROOM_BYPASS", want: "list", apply: func(c *Config, v string) error { c.Bypass = splitList(v); return nil }},
+	{key: "api_keys", env: "ANTEROOM_API_KEYS", want: "list", apply: func(c *Config, v string) error { c.APIKeys = splitList(v); return nil }},
+	{key: "demo", env: "ANTEROOM_DEMO", want: "true or false", apply: func(c *Config, v string) error {
+		b, err := parseBool(v)
+		c.Demo = &b
+		return err
+	}},
+	{key: "rate_limit.per_second", env: "ANTEROOM_RATE_LIMIT_PER_SECOND", want: "number", apply: func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return fmt.Errorf("want a number such as 5 or 0.5, not %s", quote(v))
+		}
+		c.RateLimit.PerSecond = &f
+		return nil
+	}},
+	{key: "rate_limit.burst", env: "ANTEROOM_RATE_LIMIT_BURST", want: "whole number", apply: func(c *Config, v string) (err error) {
+		c.RateLimit.Burst, err = parseInt(v)
+		return err
+	}},
+	{key: "trusted_proxies", env: "ANTEROOM_TRUSTED_PROXIES", want: "list", apply: func(c *Config, v string) error { c.TrustedProxies = splitList(v); return nil }},
+	{key: "websocket.max_connections", env: "ANTEROOM_WEBSOCKET_MAX_CONNECTIONS", want: "whole number", apply: func(c *Config, v string) error {
+		n, err := parseInt(v)
+		c.Websocket.MaxConnections = &n
+		return err
+	}},
+	{key: "websocket.max_per_client", env: "ANTEROOM_WEBSOCKET_MAX_PER_CLIENT", want: "whole number", apply: func(c *Config, v string) error {
+		n, err := parseInt(v)
+		c.Websocket.MaxPerClient = &n
+		return err
+	}},
+	{key: "broadcast_interval", env: "ANTEROOM_BROADCAST_INTERVAL", want: "duration", apply: func(c *Config, v string) error {
+		d, err := parseDuration(v)
+		c.BroadcastInterval = Duration(d)
+		return err
+	}},
+	{key: "allowed_origins", env: "ANTEROOM_ALLOWED_ORIGINS", want: "list", apply: func(c *Config, v string) error { c.AllowedOrigins = splitList(v); return nil }},
+	{key: "log_level", env: "ANTEROOM_LOG_LEVEL", want: "debug, info, warn or error", apply: func(c *Config, v string) error { c.LogLevel = v; return nil }},
+	{key: "gates.<name>.active_limit", env: "ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT", want: "whole number", applyGate: func(g *GateConfig, v string) error {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return fmt.Errorf("want a whole number such as 100, not %s", quote(v))
+		}
+		g.ActiveLimit = &n
+		return nil
+	}},
+	{key: "gates.<name>.active_timeout", env: "ANTEROOM_GATES_<NAME>_ACTIVE_TIMEOUT", want: "duration", applyGate: func(g *GateConfig, v string) error {
+		d, err := parseDuration(v)
+		g.ActiveTimeout = Duration(d)
+		return err
+	}},
+	{key: "gates.<name>.waiting_timeout", env: "ANTEROOM_GATES_<NAME>_WAITING_TIMEOUT", want: "duration", applyGate: func(g *GateConfig, v string) error {
+		d, err := parseDuration(v)
+		g.WaitingTimeout = Duration(d)
+		return err
+	}},
+}
+
+// EnvWarning is an ANTEROOM_* environment variable that names no setting.
+// It is ignored, not an error: Kubernetes sets ANTEROOM_PORT and friends for
+// a Service named anteroom, and a sidecar must not crash-loop on them.
+type EnvWarning struct {
+	// Var is the variable's name (its value is never repeated: it may be
+	// a secret under a misspelt name).
+	Var string
+	// Nearest is the known variable closest to Var (edit distance).
+	Nearest string
+	// Hint, when not empty, says where the variable likely comes from.
+	Hint string
+}
+
+// kubernetesServiceLink matches the variables Kubernetes injects for a
+// Service named anteroom (enableServiceLinks).
+var kubernetesServiceLink = regexp.MustCompile(`^ANTEROOM_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?)$`)
+
+// applyEnv applies the ANTEROOM_* overrides of settings, in sorted order of
+// their names. Lists are comma-separated. Per gate the variables are
+// ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT, _ACTIVE_TIMEOUT and _WAITING_TIMEOUT,
+// where <NAME> is the gate's name in upper case with '-' and '.' as '_'; a
+// gate named only in the environment is created (its name in lower case).
+// A variable that names no setting is returned as a warning. It returns an
+// error naming the variable when a value is malformed, or when two
+// configured gates share the same <NAME>.
+func (c *Config) applyEnv(environ []string) ([]EnvWarning, error) {
 	vars := map[string]string{}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
@@ -162,81 +469,152 @@ func (c *Config) applyEnv(environ []string) error {
 			vars[k] = v
 		}
 	}
-	keys := make([]string, 0, len(vars))
-	for k := range vars {
-		keys = append(keys, k)
+	byEnv := make(map[string]setting, len(settings))
+	for _, s := range settings {
+		if s.apply != nil {
+			byEnv[s.env] = s
+		}
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	var warnings []EnvWarning
+	for _, k := range sortedKeys(vars) {
 		v := vars[k]
 		var err error
-		switch k {
-		case "ANTEROOM_LISTEN":
-			c.Listen = v
-		case "ANTEROOM_BASE_PATH":
-			c.BasePath = v
-		case "ANTEROOM_DATABASE":
-			c.Database = v
-		case "ANTEROOM_UPDATE_INTERVAL":
-			c.UpdateInterval = v
-		case "ANTEROOM_SECRET":
-			c.Secret = v
-		case "ANTEROOM_SECRET_PREVIOUS":
-			c.SecretPrevious = v
-		case "ANTEROOM_TOKEN_TTL":
-			var d time.Duration
-			d, err = parseDuration(v)
-			c.TokenTTL = Duration(d)
-		case "ANTEROOM_UPSTREAM":
-			c.Upstream = v
-		case "ANTEROOM_LOG_LEVEL":
-			c.LogLevel = v
-		case "ANTEROOM_ALLOWED_ORIGINS":
-			c.AllowedOrigins = splitList(v)
-		case "ANTEROOM_PROTECT":
-			c.Protect = splitList(v)
-		case "ANTEROOM_BYPASS":
-			c.Bypass = splitList(v)
-		case "ANTEROOM_API_KEYS":
-			c.APIKeys = splitList(v)
-		case "ANTEROOM_WEBSOCKET_MAX_CONNECTIONS", "ANTEROOM_WEBSOCKET_MAX_PER_CLIENT":
-			var n int
-			if n, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
-				err = fmt.Errorf("%q is not a whole number", v)
+		if s, ok := byEnv[k]; ok {
+			err = s.apply(c, v)
+		} else if applied, gerr := c.applyGateEnv(k, v); applied || gerr != nil {
+			err = gerr
+		} else {
+			w := EnvWarning{Var: k, Nearest: c.nearestEnv(k)}
+			if kubernetesServiceLink.MatchString(k) {
+				w.Hint = "set by Kubernetes for a Service named anteroom (enableServiceLinks: false in the pod spec turns these off)"
 			}
-			if k == "ANTEROOM_WEBSOCKET_MAX_CONNECTIONS" {
-				c.Websocket.MaxConnections = &n
-			} else {
-				c.Websocket.MaxPerClient = &n
-			}
-		case "ANTEROOM_TRUSTED_PROXIES":
-			c.TrustedProxies = splitList(v)
-		case "ANTEROOM_RATE_LIMIT_PER_SECOND":
-			var f float64
-			if f, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
-				err = fmt.Errorf("%q is not a number", v)
-			}
-			c.RateLimit.PerSecond = &f
-		case "ANTEROOM_RATE_LIMIT_BURST":
-			if c.RateLimit.Burst, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
-				err = fmt.Errorf("%q is not a whole number", v)
-			}
-		case "ANTEROOM_BROADCAST_INTERVAL":
-			var d time.Duration
-			d, err = parseDuration(v)
-			c.BroadcastInterval = Duration(d)
-		default:
-			if strings.HasPrefix(k, "ANTEROOM_GATES_") {
-				err = c.applyGateEnv(strings.TrimPrefix(k, "ANTEROOM_GATES_"), v)
-			} else {
-				err = errors.New("unknown variable")
-			}
+			warnings = append(warnings, w)
 		}
 		if err != nil {
-			return fmt.Errorf("config: environment %s: %w", k, err)
+			return nil, fmt.Errorf("config: environment %s: %w", k, err)
 		}
 	}
-	return nil
+	return warnings, nil
+}
+
+// applyGateEnv applies k when it is a per-gate variable with a known field
+// (ANTEROOM_GATES_<NAME>_<FIELD>); applied is false for any other name.
+func (c *Config) applyGateEnv(k, v string) (applied bool, err error) {
+	rest, ok := strings.CutPrefix(k, gateEnvPrefix)
+	if !ok {
+		return false, nil
+	}
+	var s setting
+	var envName string
+	for _, cand := range settings {
+		if cand.applyGate == nil {
+			continue
+		}
+		field := strings.TrimPrefix(cand.env, gateEnvPrefix+"<NAME>")
+		if n, ok := strings.CutSuffix(rest, field); ok && n != "" {
+			s, envName = cand, n
+			break
+		}
+	}
+	if s.applyGate == nil {
+		return false, nil
+	}
+	name := ""
+	for _, n := range sortedKeys(c.Gates) {
+		if gateEnvName(n) != envName {
+			continue
+		}
+		if name != "" {
+			return true, gateEnvClash(name, n)
+		}
+		name = n
+	}
+	if name == "" {
+		name = strings.ToLower(envName)
+	}
+	if c.Gates == nil {
+		c.Gates = map[string]GateConfig{}
+	}
+	g := c.Gates[name]
+	if err := s.applyGate(&g, v); err != nil {
+		return true, err
+	}
+	c.Gates[name] = g
+	return true, nil
+}
+
+// gateEnvClash is the error of two gates whose environment names are equal.
+func gateEnvClash(a, b string) error {
+	return fmt.Errorf("gates %q and %q would both be set by the same environment variables %s%s_*: rename one of them",
+		a, b, gateEnvPrefix, gateEnvName(a))
+}
+
+// knownEnv lists every environment variable the config knows, gate
+// variables spelt out for the configured gates (and <NAME> otherwise).
+func (c *Config) knownEnv() []string {
+	var out []string
+	for _, s := range settings {
+		if s.applyGate == nil {
+			out = append(out, s.env)
+			continue
+		}
+		for _, n := range sortedKeys(c.Gates) {
+			out = append(out, strings.Replace(s.env, "<NAME>", gateEnvName(n), 1))
+		}
+		if len(c.Gates) == 0 {
+			out = append(out, strings.Replace(s.env, "<NAME>", gateEnvName(defaultGate), 1))
+		}
+	}
+	return out
+}
+
+// nearestEnv returns the known variable closest to name by edit distance.
+func (c *Config) nearestEnv(name string) string {
+	return nearest(name, c.knownEnv())
+}
+
+// nearest returns the candidate closest to s by edit distance (the first
+// on a tie).
+func nearest(s string, candidates []string) string {
+	best, bestD := "", -1
+	for _, cand := range candidates {
+		if d := editDistance(s, cand); bestD < 0 || d < bestD {
+			best, bestD = cand, d
+		}
+	}
+	return best
+}
+
+// maxCompared bounds the length editDistance compares, so that a hostile
+// name cannot make it quadratic in megabytes.
+const maxCompared = 128
+
+// editDistance is the Levenshtein distance of a and b (each cut to
+// maxCompared bytes).
+func editDistance(a, b string) int {
+	if len(a) > maxCompared {
+		a = a[:maxCompared]
+	}
+	if len(b) > maxCompared {
+		b = b[:maxCompared]
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // splitList splits a comma-separated environment value, dropping blanks.
@@ -250,51 +628,30 @@ func splitList(v string) []string {
 	return out
 }
 
-func (c *Config) applyGateEnv(rest, v string) error {
-	var field string
-	for _, f := range []string{"_ACTIVE_LIMIT", "_ACTIVE_TIMEOUT", "_WAITING_TIMEOUT"} {
-		if strings.HasSuffix(rest, f) && len(rest) > len(f) {
-			field = f
-			break
-		}
+func parseInt(v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return 0, fmt.Errorf("want a whole number such as 100, not %s", quote(v))
 	}
-	if field == "" {
-		return errors.New("want ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT, _ACTIVE_TIMEOUT or _WAITING_TIMEOUT")
+	return n, nil
+}
+
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true", "1", "yes", "on":
+		return true, nil
+	case "false", "0", "no", "off":
+		return false, nil
 	}
-	envName := strings.TrimSuffix(rest, field)
-	name := ""
-	for n := range c.Gates {
-		if gateEnvName(n) == envName {
-			name = n
-		}
+	return false, fmt.Errorf("want true or false, not %s", quote(v))
+}
+
+// quote quotes a value for an error message, cut to 40 bytes.
+func quote(v string) string {
+	if len(v) > 40 {
+		return strconv.Quote(v[:40]) + "..."
 	}
-	if name == "" {
-		name = strings.ToLower(envName)
-	}
-	if c.Gates == nil {
-		c.Gates = map[string]GateConfig{}
-	}
-	g := c.Gates[name]
-	switch field {
-	case "_ACTIVE_LIMIT":
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			return fmt.Errorf("%q is not a whole number", v)
-		}
-		g.ActiveLimit = &n
-	case "_ACTIVE_TIMEOUT", "_WAITING_TIMEOUT":
-		d, err := parseDuration(v)
-		if err != nil {
-			return err
-		}
-		if field == "_ACTIVE_TIMEOUT" {
-			g.ActiveTimeout = Duration(d)
-		} else {
-			g.WaitingTimeout = Duration(d)
-		}
-	}
-	c.Gates[name] = g
-	return nil
+	return strconv.Quote(v)
 }
 
 func gateEnvName(name string) string {
@@ -326,6 +683,17 @@ func (c *Config) fillDefaults() {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	if c.Demo == nil {
+		on := true
+		c.Demo = &on
+	}
+	if c.UpstreamTimeout == 0 {
+		c.UpstreamTimeout = Duration(defaultUpstreamTimeout)
+	}
+	if c.MaxConnsPerIP == nil {
+		n := defaultMaxConnsPerIP
+		c.MaxConnsPerIP = &n
 	}
 	if c.RateLimit.PerSecond == nil {
 		f := defaultRatePerSecond
@@ -372,7 +740,7 @@ func (c Config) Validate() error {
 		return bad("base_path", "%q must be a path such as \"/anteroom\", not \"/\"", c.BasePath)
 	}
 	if strings.TrimSpace(c.Database) == "" {
-		return bad("database", "must name a file")
+		return bad("database", "must name a file or a postgres:// URL")
 	}
 	if _, err := cronjobs.ParseSchedule(c.UpdateInterval); err != nil {
 		return bad("update_interval", "%v", err)
@@ -401,6 +769,12 @@ func (c Config) Validate() error {
 				return bad(fmt.Sprintf("%s[%d]", key, i), "%q lies under base_path %q, which anteroom serves itself", p, c.BasePath)
 			}
 		}
+	}
+	if c.UpstreamTimeout < 0 {
+		return bad("upstream_timeout", "must be a positive duration such as \"30s\"")
+	}
+	if n := c.MaxConnsPerIP; n != nil && *n < 0 {
+		return bad("max_conns_per_ip", "must not be negative (0: no cap)")
 	}
 	for i, k := range c.APIKeys {
 		if len(k) < minAPIKeyLength {
@@ -435,6 +809,13 @@ func (c Config) Validate() error {
 	}
 	if len(c.Gates) == 0 {
 		return bad("gates", "configure at least one gate")
+	}
+	envNames := map[string]string{}
+	for _, name := range sortedKeys(c.Gates) {
+		if other, clash := envNames[gateEnvName(name)]; clash {
+			return bad("gates", "%v", gateEnvClash(other, name))
+		}
+		envNames[gateEnvName(name)] = name
 	}
 	for _, name := range sortedKeys(c.Gates) {
 		g := c.Gates[name]

@@ -23,7 +23,10 @@ import (
 	"testing"
 	"time"
 
-	_ "modernc.org/sqlite" // the "sqlite" driver, to read the database between runs
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, to read the Postgres database between runs
+	_ "modernc.org/sqlite"             // the "sqlite" driver, to read the database between runs
+
+	"github.com/anteroomhq/anteroom/session/postgres/pgtest"
 )
 
 // The crash test runs the real binary, kills it with SIGKILL under load and
@@ -160,7 +163,15 @@ type crashProc struct {
 	err    error // of Wait, once exited is closed
 }
 
-func TestCrash(t *testing.T) {
+func TestCrash(t *testing.T) { crashTest(t, "") }
+
+// TestCrashPostgres is the crash test on the shared Postgres store: the
+// server is killed, the database stays.
+func TestCrashPostgres(t *testing.T) { crashTest(t, pgtest.DB(t)) }
+
+// crashTest runs the crash test on database, or on an SQLite file in a
+// temporary directory when it is empty.
+func crashTest(t *testing.T, database string) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -180,7 +191,10 @@ func TestCrash(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Logf("built the binary in %v", time.Since(start).Round(time.Millisecond))
-	db := filepath.Join(dir, "anteroom.db")
+	db := database
+	if db == "" {
+		db = filepath.Join(dir, "anteroom.db")
+	}
 
 	w := &crashWorld{t: t, owner: map[string]map[int64]string{}, lastNext: map[string]int64{}}
 	for g := range crashGates {
@@ -626,10 +640,13 @@ type crashRow struct {
 // whose answer was lost.
 func crashCheckDB(t *testing.T, w *crashWorld, path, when string) {
 	t.Helper()
-	if _, err := os.Stat(path); err != nil {
+	driver, dsn, prefix := "sqlite", "file:"+path+"?mode=ro", ""
+	if isPostgres(path) {
+		driver, dsn, prefix = "pgx", path, "anteroom_"
+	} else if _, err := os.Stat(path); err != nil {
 		t.Fatalf("%s: %v", when, err)
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		t.Fatalf("%s: opening the database read-only: %v", when, err)
 	}
@@ -637,13 +654,15 @@ func crashCheckDB(t *testing.T, w *crashWorld, path, when string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	var check string
-	if err := db.QueryRowContext(ctx, "PRAGMA quick_check").Scan(&check); err != nil || check != "ok" {
-		t.Fatalf("%s: quick_check: %q %v", when, check, err)
+	if driver == "sqlite" {
+		var check string
+		if err := db.QueryRowContext(ctx, "PRAGMA quick_check").Scan(&check); err != nil || check != "ok" {
+			t.Fatalf("%s: quick_check: %q %v", when, check, err)
+		}
 	}
 	type counters struct{ next, active, waiting int64 }
 	gates := map[string]counters{}
-	rows, err := db.QueryContext(ctx, "SELECT name, next_position, active, waiting FROM gates")
+	rows, err := db.QueryContext(ctx, "SELECT name, next_position, active, waiting FROM "+prefix+"gates")
 	if err != nil {
 		t.Fatalf("%s: reading gates: %v", when, err)
 	}
@@ -658,7 +677,7 @@ func crashCheckDB(t *testing.T, w *crashWorld, path, when string) {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		t.Fatalf("%s: reading gates: %v", when, err)
 	}
-	rows, err = db.QueryContext(ctx, "SELECT gate, id, position, status FROM sessions")
+	rows, err = db.QueryContext(ctx, "SELECT gate, id, position, status FROM "+prefix+"sessions")
 	if err != nil {
 		t.Fatalf("%s: reading sessions: %v", when, err)
 	}

@@ -29,6 +29,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := ParseConfig(data)
 		if err != nil {
+			if strings.Contains(err.Error(), "main.") {
+				t.Fatalf("error for %q speaks Go, not config: %v", data, err)
+			}
 			return
 		}
 		cfg.fillDefaults()
@@ -46,7 +49,7 @@ func FuzzConfigEnv(f *testing.F) {
 	f.Add("TRUSTED_PROXIES", "10.0.0.0/8, 127.0.0.1")
 	f.Fuzz(func(t *testing.T, name, value string) {
 		environ := []string{envPrefix + name + "=" + value}
-		cfg, err := LoadConfig("", environ)
+		cfg, _, err := LoadConfig("", environ)
 		if err != nil {
 			return
 		}
@@ -131,8 +134,6 @@ func requireRoundTrip(t *testing.T, cfg Config, input string) {
 		t.Fatalf("accepted %q, written back as\n%s\nread as %+v, want %+v", input, data, again, cfg)
 	}
 }
-
-var durationType = reflect.TypeFor[Duration]()
 
 // yamlValue turns a config value into what yaml.Marshal writes as the file
 // would say it: structs by their yaml tags, Durations as duration strings.

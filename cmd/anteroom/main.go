@@ -5,9 +5,11 @@
 //
 //	anteroom [-config anteroom.yaml]
 //	anteroom -version
+//	anteroom -h
 //
 // With no config it serves a demo on 127.0.0.1:8080 with anteroom.db in the
-// working directory. See config.example.yaml and the README.
+// working directory. Every key and its ANTEROOM_* variable is in
+// config.example.yaml and the README's Configuration section; -h lists them.
 package main
 
 import (
@@ -25,6 +27,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/anteroomhq/anteroom/broadcast"
@@ -32,7 +35,6 @@ import (
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
-	"github.com/anteroomhq/anteroom/session/sqlite"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -42,11 +44,40 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr, nil); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "anteroom:", err)
-		}
+		fmt.Fprintln(os.Stderr, "anteroom:", err)
 		os.Exit(1)
 	}
+}
+
+// usage writes the -h text: the flags, then every config key with its
+// environment variable, and where each is explained.
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, `Usage: anteroom [-config FILE] [-version]
+
+anteroom is a waiting room for a web app: it keeps the number of active
+sessions under a limit and lines everyone else up. With no config it serves a
+demo on http://127.0.0.1:8080/.
+
+Flags:
+`)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, `
+Configuration: a YAML file (-config) and ANTEROOM_* environment variables,
+which override it. Every key is optional. config.example.yaml lists every key
+with its default and what it does (in the container image:
+/etc/anteroom/config.example.yaml); the README's Configuration section has the
+same table. Lists in the environment are comma-separated; <NAME> is a gate's
+name in upper case with '-' and '.' as '_'.
+
+`)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KEY\tENVIRONMENT\tVALUE")
+	for _, s := range settings {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.key, s.env, s.want)
+	}
+	_ = tw.Flush()
 }
 
 // run is the whole program: it returns when ctx is done (after a graceful
@@ -54,11 +85,15 @@ func main() {
 // address the server listens on once it accepts connections.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, ready func(addr string)) error {
 	fs := flag.NewFlagSet("anteroom", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are returned; -h prints usage to stdout
 	configPath := fs.String("config", "", "path of the YAML config file (default: none, built-in defaults)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout, fs)
+			return nil
+		}
+		return fmt.Errorf("%w (anteroom -h lists the flags)", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (use -config FILE)", fs.Args())
@@ -67,18 +102,25 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		fmt.Fprintln(stdout, "anteroom", buildVersion())
 		return nil
 	}
-	cfg, err := LoadConfig(*configPath, environ)
+	cfg, warnings, err := LoadConfig(*configPath, environ)
 	if err != nil {
 		return err
 	}
 	level, _ := parseLogLevel(cfg.LogLevel)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	for _, w := range warnings {
+		args := []any{"var", w.Var, "nearest_known", w.Nearest}
+		if w.Hint != "" {
+			args = append(args, "hint", w.Hint)
+		}
+		log.Warn("anteroom: ignoring unknown environment variable", args...)
+	}
 	schedule, err := cronjobs.ParseSchedule(cfg.UpdateInterval)
 	if err != nil {
 		return fmt.Errorf("config: update_interval: %w", err)
 	}
 
-	store, err := sqlite.Open(cfg.Database, sqlite.Options{Logger: log})
+	store, storeReady, err := openStore(ctx, cfg.Database, log)
 	if err != nil {
 		return err
 	}
@@ -108,7 +150,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	})
 	defer hub.Close()
 
-	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{Publisher: hub, Logger: log})
+	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{Publisher: hub, Logger: log, Ready: storeReady})
 	if err != nil {
 		return err
 	}
@@ -133,41 +175,64 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	if err != nil {
 		return err
 	}
+	// The same bounds in every mode: in reverse-proxy mode too a request
+	// must arrive within the read timeout, but for a proxied body, which may
+	// take as long as it keeps arriving (gate.ProxyOptions.BodyIdleTimeout).
+	timeouts := defaultTimeouts
 	opts := gate.Options{
 		BasePath:       cfg.BasePath,
 		Waitlist:       waitlist,
 		Signer:         signer,
 		Hub:            hub,
-		Demo:           cfg.Upstream == "",
+		Demo:           cfg.Upstream == "" && *cfg.Demo,
 		APIKeys:        cfg.APIKeys,
 		AllowedOrigins: cfg.AllowedOrigins,
 		RateLimit:      gate.RateLimitOptions{PerSecond: *cfg.RateLimit.PerSecond, Burst: cfg.RateLimit.Burst},
 		TrustedProxies: trusted,
 		Logger:         log,
+		// /readyz answers 503 while the store cannot write (disk full, I/O
+		// errors, its file removed) or, on a shared store, while this
+		// instance does not follow the others' commits.
+		Ready: func() error {
+			if storeReady != nil {
+				if err := storeReady(); err != nil {
+					return err
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return waitlist.Ready(ctx)
+		},
 	}
 	if cfg.Upstream != "" {
 		upstream, err := url.Parse(cfg.Upstream)
 		if err != nil {
 			return fmt.Errorf("config: upstream: %w", err)
 		}
-		opts.Proxy = gate.ProxyOptions{Upstream: upstream, Protect: cfg.Protect, Bypass: cfg.Bypass}
+		opts.Proxy = gate.ProxyOptions{Upstream: upstream, Protect: cfg.Protect, Bypass: cfg.Bypass,
+			ResponseHeaderTimeout: time.Duration(cfg.UpstreamTimeout),
+			// A proxied body may take as long as it keeps arriving (uploads to
+			// the app may be slow); one that stops is cut off like any request.
+			BodyIdleTimeout: timeouts.read,
+		}
 	}
 	handler, err := gate.New(opts)
 	if err != nil {
 		return err
-	}
-	timeouts := defaultTimeouts
-	if cfg.Upstream != "" {
-		timeouts.read = 0 // uploads to the app may be slow; headers still are bounded
 	}
 	srv := newHTTPServer(handler, log, timeouts)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	if n := *cfg.MaxConnsPerIP; n > 0 {
+		limiter := newConnLimiter(n, trusted)
+		ln = limiter.Listener(ln)
+		srv.ConnState = limiter.ConnState
+	}
 	addr := ln.Addr().String()
 	log.Info("anteroom: listening", "url", "http://"+addr+"/", "base_path", cfg.BasePath, "upstream", cfg.Upstream,
-		"database", cfg.Database, "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
+		"database", databaseForLog(cfg.Database), "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
 	if ready != nil {
 		ready(addr)
 	}
@@ -193,7 +258,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 
 // serverTimeouts bound slow clients (slowloris): a request's headers must
 // arrive within readHeader, the whole request within read (0: no bound),
-// and an idle keep-alive connection is closed after idle.
+// and an idle keep-alive connection is closed after idle. Websockets are
+// not cut by read: net/http clears the deadline once a request without a
+// body is read, and the hijacked connection keeps none.
 type serverTimeouts struct {
 	readHeader, read, idle time.Duration
 }

@@ -10,7 +10,10 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -176,4 +179,171 @@ func TestRunInReverseProxyMode(t *testing.T) {
 	assert.Equal(t, "the app at /orders", get(&http.Client{Jar: jar1}, "/orders"))
 	assert.Contains(t, get(&http.Client{Jar: jar2}, "/orders"), "/anteroom/anteroom.js", "the second visitor waits")
 	assert.Equal(t, "the app at /public/logo.svg", get(&http.Client{Jar: jar2}, "/public/logo.svg"))
+}
+
+// -h is a request, not an error: it exits 0, and points to where every key
+// is explained, listing each with its variable.
+func TestHelpFlag(t *testing.T) {
+	for _, flag := range []string{"-h", "-help", "--help"} {
+		var out, errOut bytes.Buffer
+		require.NoError(t, run(context.Background(), []string{flag}, nil, &out, &errOut, nil), flag)
+		assert.Empty(t, errOut.String())
+		help := out.String()
+		assert.Contains(t, help, "Usage: anteroom")
+		assert.Contains(t, help, "-config")
+		assert.Contains(t, help, "config.example.yaml")
+		assert.Contains(t, help, "README")
+		for _, s := range settings {
+			assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(s.key)+` +`+regexp.QuoteMeta(s.env)+` `, help)
+		}
+	}
+	// A wrong flag still fails, and says where to look.
+	err := run(context.Background(), []string{"-confg", "x.yaml"}, nil, io.Discard, io.Discard, nil)
+	assert.ErrorContains(t, err, "flag provided but not defined: -confg")
+	assert.ErrorContains(t, err, "anteroom -h")
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	if os.Getenv("ANTEROOM_TEST_MAIN") == "1" {
+		os.Args = []string{"anteroom", "-h"}
+		main()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelpExitsZero$")
+	cmd.Env = append(os.Environ(), "ANTEROOM_TEST_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "exit status of anteroom -h:\n%s", out)
+	assert.Contains(t, string(out), "config.example.yaml")
+}
+
+// A sidecar in a Kubernetes pod beside a Service named anteroom starts,
+// warning about the variables it does not know, without repeating their
+// values.
+func TestRunStartsWithUnknownVariables(t *testing.T) {
+	r := start(t, []string{
+		"ANTEROOM_DATABASE=" + filepath.Join(t.TempDir(), "anteroom.db"),
+		"ANTEROOM_PORT=tcp://10.0.0.1:8080",
+		"ANTEROOM_PORT_8080_TCP=tcp://10.0.0.1:8080",
+		"ANTEROOM_SECRT=do-not-log-this-value-0123456789abcdef",
+	})
+	status, _ := getJSON(t, "http://"+r.addr+"/healthz")
+	assert.Equal(t, http.StatusOK, status)
+	log := r.log.String()
+	assert.Contains(t, log, `msg="anteroom: ignoring unknown environment variable" var=ANTEROOM_PORT nearest_known=`)
+	assert.Contains(t, log, "var=ANTEROOM_PORT_8080_TCP")
+	assert.Contains(t, log, "var=ANTEROOM_SECRT nearest_known=ANTEROOM_SECRET")
+	assert.Contains(t, log, "enableServiceLinks")
+	assert.NotContains(t, log, "do-not-log-this-value")
+	assert.NotContains(t, log, "10.0.0.1")
+}
+
+// demo: false leaves "/" to 404; by default the demo is there.
+func TestRunDemoSwitch(t *testing.T) {
+	for _, tt := range []struct {
+		env                []string
+		wantRoot, wantDemo int
+	}{
+		{env: nil, wantRoot: http.StatusOK, wantDemo: http.StatusUnauthorized},
+		{env: []string{"ANTEROOM_DEMO=false"}, wantRoot: http.StatusNotFound, wantDemo: http.StatusNotFound},
+	} {
+		r := start(t, append([]string{"ANTEROOM_DATABASE=" + filepath.Join(t.TempDir(), "anteroom.db")}, tt.env...))
+		for path, want := range map[string]int{"/": tt.wantRoot, "/demo/api/secret": tt.wantDemo} {
+			resp, err := http.Get("http://" + r.addr + path)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, want, resp.StatusCode, "%v %s", tt.env, path)
+		}
+		// The sidecar itself is there either way.
+		resp, err := http.Get("http://" + r.addr + "/anteroom/anteroom.js")
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		require.NoError(t, r.stop())
+	}
+}
+
+// The README's "lower the limit" recipe on a database that already holds
+// sessions: the limit from the environment applies at the restart, nobody
+// active is turned out, nobody new is admitted until fewer than the limit
+// are active, and then the first waiter gets the slot at once.
+func TestLoweredLimitAppliesToAnExistingDatabase(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "anteroom.db")
+	call := func(addr, method, path, cookie string) (int, map[string]any, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+addr+"/anteroom"+path, nil)
+		require.NoError(t, err)
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var v map[string]any
+		if resp.StatusCode == http.StatusOK {
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+		}
+		for _, c := range resp.Cookies() {
+			cookie = c.Name + "=" + c.Value
+		}
+		return resp.StatusCode, v, cookie
+	}
+
+	// Before: the default limit; three visitors are in.
+	r := start(t, []string{"ANTEROOM_DATABASE=" + db})
+	var earlier []string
+	for range 3 {
+		_, v, cookie := call(r.addr, http.MethodPost, "/api/join", "")
+		require.Equal(t, "active", v["status"])
+		earlier = append(earlier, cookie)
+	}
+	require.NoError(t, r.stop())
+
+	// The recipe: ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=1 on the same file.
+	r = start(t, []string{"ANTEROOM_DATABASE=" + db, "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=1"})
+	_, global, _ := call(r.addr, http.MethodGet, "/api/global", "")
+	assert.EqualValues(t, 1, global["limit"], "the environment's limit, not the one the database last ran with")
+	assert.EqualValues(t, 3, global["active"], "nobody active is turned out")
+
+	_, first, firstCookie := call(r.addr, http.MethodPost, "/api/join", "")
+	_, second, secondCookie := call(r.addr, http.MethodPost, "/api/join", "")
+	assert.Equal(t, "waiting", first["status"], "3 active of 1: a newcomer waits")
+	assert.Equal(t, "waiting", second["status"])
+
+	// Two of the three leave for good: one is still active, the limit is
+	// reached, nobody is let in.
+	for _, c := range earlier[:2] {
+		status, _, _ := call(r.addr, http.MethodPost, "/api/release", c)
+		require.Equal(t, http.StatusNoContent, status)
+	}
+	_, v, _ := call(r.addr, http.MethodGet, "/api/status", firstCookie)
+	assert.Equal(t, "waiting", v["status"], "1 active of 1")
+	assert.EqualValues(t, 1, v["active"])
+
+	// The last one leaves: the first waiter, and only they, is let in at once.
+	status, _, _ := call(r.addr, http.MethodPost, "/api/release", earlier[2])
+	require.Equal(t, http.StatusNoContent, status)
+	_, v, _ = call(r.addr, http.MethodGet, "/api/status", firstCookie)
+	assert.Equal(t, "active", v["status"])
+	_, v, _ = call(r.addr, http.MethodGet, "/api/status", secondCookie)
+	assert.Equal(t, "waiting", v["status"])
+	assert.EqualValues(t, 1, v["active"])
+}
+
+// /readyz asks the store: it answers 503 while the database cannot be
+// written to (here: its file was moved away, so every write would be lost
+// at the next start), and 200 again once it can.
+func TestReadyzReportsAStoreThatCannotWrite(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "anteroom.db")
+	r := start(t, []string{"ANTEROOM_DATABASE=" + db})
+	status, _ := getJSON(t, "http://"+r.addr+"/readyz")
+	require.Equal(t, http.StatusOK, status)
+
+	require.NoError(t, os.Rename(db, db+".moved"))
+	status, body := getJSON(t, "http://"+r.addr+"/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, fmt.Sprint(body["error"]), "removed or replaced")
+
+	require.NoError(t, os.Rename(db+".moved", db))
+	status, _ = getJSON(t, "http://"+r.addr+"/readyz")
+	assert.Equal(t, http.StatusOK, status)
 }

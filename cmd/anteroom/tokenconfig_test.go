@@ -13,12 +13,12 @@ import (
 // name the key.
 func TestTokenTTLAndPreviousSecretConfig(t *testing.T) {
 	long := strings.Repeat("p", 32)
-	cfg, err := LoadConfig("", nil)
+	cfg, _, err := LoadConfig("", nil)
 	require.NoError(t, err)
 	assert.Equal(t, 24*time.Hour, time.Duration(cfg.TokenTTL))
 	assert.Empty(t, cfg.SecretPrevious)
 
-	cfg, err = LoadConfig("", []string{"ANTEROOM_TOKEN_TTL=2h", "ANTEROOM_SECRET_PREVIOUS=" + long})
+	cfg, _, err = LoadConfig("", []string{"ANTEROOM_TOKEN_TTL=2h", "ANTEROOM_SECRET_PREVIOUS=" + long})
 	require.NoError(t, err)
 	assert.Equal(t, 2*time.Hour, time.Duration(cfg.TokenTTL))
 	assert.Equal(t, long, cfg.SecretPrevious)
@@ -29,7 +29,7 @@ func TestTokenTTLAndPreviousSecretConfig(t *testing.T) {
 		"ANTEROOM_TOKEN_TTL=soon":        "ANTEROOM_TOKEN_TTL",
 		"ANTEROOM_SECRET_PREVIOUS=short": "secret_previous",
 	} {
-		_, err := LoadConfig("", []string{env})
+		_, _, err := LoadConfig("", []string{env})
 		assert.ErrorContains(t, err, want, env)
 	}
 }

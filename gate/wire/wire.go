@@ -51,7 +51,9 @@ const (
 	CodeMethodNotAllowed session.Code = "method_not_allowed"
 	CodeRateLimited      session.Code = "rate_limited"
 	CodeBadGateway       session.Code = "bad_gateway"
-	CodeGatewayTimeout   session.Code = "gateway_timeout"
+	CodeUpstreamTimeout  session.Code = "upstream_timeout"
+	CodeRequestTimeout   session.Code = "request_timeout"
+	CodeInvalidPath      session.Code = "invalid_path"
 	CodeAPIKeyRequired   session.Code = "api_key_required"
 	CodeCrossOrigin      session.Code = "cross_origin"
 	CodeInvalidTicket    session.Code = "invalid_ticket"
@@ -64,7 +66,7 @@ const (
 // does not know, session.CodeInternal among them, is a 500. It never fails.
 func Status(code session.Code) int {
 	switch code {
-	case session.CodeInvalidArgument, CodeInvalidJSON:
+	case session.CodeInvalidArgument, CodeInvalidJSON, CodeInvalidPath:
 		return http.StatusBadRequest
 	case CodeNoSession, CodeAPIKeyRequired, CodeInvalidTicket, CodeAdminTokenRequired:
 		return http.StatusUnauthorized
@@ -84,8 +86,10 @@ func Status(code session.Code) int {
 		return http.StatusServiceUnavailable
 	case CodeBadGateway:
 		return http.StatusBadGateway
-	case CodeGatewayTimeout:
+	case CodeUpstreamTimeout:
 		return http.StatusGatewayTimeout
+	case CodeRequestTimeout:
+		return http.StatusRequestTimeout
 	default:
 		return http.StatusInternalServerError
 	}

@@ -40,7 +40,9 @@ func TestStatus(t *testing.T) {
 		session.CodeGateExists:      409,
 		session.CodeGateInUse:       409,
 		wire.CodeAdminTokenRequired: 401,
-		wire.CodeGatewayTimeout:     504,
+		wire.CodeUpstreamTimeout:    504,
+		wire.CodeRequestTimeout:     408,
+		wire.CodeInvalidPath:        400,
 	} {
 		assert.Equal(t, want, wire.Status(code), "code %q", code)
 	}

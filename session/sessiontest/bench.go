@@ -146,7 +146,8 @@ func benchTouch(b *testing.B, open Opener) {
 }
 
 // benchUpdatePurge times ticks that each purge 1000 stale active and 1000
-// stale waiting sessions, in chunks of 1000 rows.
+// stale waiting sessions, in chunks of session.DefaultUpdateChunk rows (what
+// the Waitlist asks for by default).
 func benchUpdatePurge(b *testing.B, open Opener) {
 	h := newHarness(b, open)
 	const n = 1000
@@ -166,7 +167,7 @@ func benchUpdatePurge(b *testing.B, open Opener) {
 		}
 		now = h.clock.Advance(cfg.ActiveTimeout + time.Second)
 		b.StartTimer()
-		r, err := h.store.Update(h.ctx, cfg, now, 1000)
+		r, err := h.store.Update(h.ctx, cfg, now, session.DefaultUpdateChunk)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -186,7 +187,7 @@ func benchUpdateIdle(b *testing.B, open Opener) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		r, err := h.store.Update(h.ctx, cfg, h.clock.Now(), 1000)
+		r, err := h.store.Update(h.ctx, cfg, h.clock.Now(), session.DefaultUpdateChunk)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,11 +15,20 @@ import (
 	"github.com/anteroomhq/anteroom/session"
 )
 
-// Opener opens the Store kept at path, creating it when missing; it fails tb
-// when it cannot. The suite chooses the paths (in a tb.TempDir()) and opens
-// the same path again to test restarts, always after closing the previous
-// Store of that path.
-type Opener func(tb testing.TB, path string) session.Store
+// Opener is a factory of Stores: called once per test, it returns the
+// function that opens that test's Store: a new, empty Store the first time,
+// the same one again (a restart) on each later call, always after the
+// suite closed the previous one. Both fail tb when they cannot.
+type Opener func(tb testing.TB) func() session.Store
+
+// AtPath returns the Opener of a Store kept in a file: each test gets a path
+// in its tb.TempDir(), which open opens (creating the file when missing).
+func AtPath(open func(tb testing.TB, path string) session.Store) Opener {
+	return func(tb testing.TB) func() session.Store {
+		path := filepath.Join(tb.TempDir(), "anteroom.db")
+		return func() session.Store { return open(tb, path) }
+	}
+}
 
 // Inspector is optionally implemented by a Store to let the suite check its
 // rows in one call. Without it the suite reads them with Get, one by one.
@@ -52,12 +61,14 @@ func GateConfig(name string, limit int64) session.GateConfig {
 }
 
 // RunStoreSuite runs the tests every session.Store must pass. open is called
-// with paths in t.TempDir(); the Stores it returns are closed by the suite.
+// once per test; the Stores it opens are closed by the suite.
 func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("Join", func(t *testing.T) { testJoin(t, open) })
 	t.Run("Leave", func(t *testing.T) { testLeave(t, open) })
 	t.Run("Release", func(t *testing.T) { testRelease(t, open) })
 	t.Run("StaleBoundaries", func(t *testing.T) { testStaleBoundaries(t, open) })
+	t.Run("StaleIsExactlyIsStale", func(t *testing.T) { testStaleIsExactlyIsStale(t, open) })
+	t.Run("ActiveNeverWaitsAgain", func(t *testing.T) { testActiveNeverWaitsAgain(t, open) })
 	t.Run("PromotionCount", func(t *testing.T) { testPromotionCount(t, open) })
 	t.Run("UpdateChunks", func(t *testing.T) { testUpdateChunks(t, open) })
 	t.Run("PositionsNeverReused", func(t *testing.T) { testPositionsNeverReused(t, open) })
@@ -86,13 +97,12 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("RuntimeSettings", func(t *testing.T) { testRuntimeSettings(t, open) })
 }
 
-// harness is one Store under test, the path it lives at, a fake clock and a
+// harness is one Store under test, the function that opens it, a fake clock and a
 // record of every commit the Store reported.
 type harness struct {
 	tb    testing.TB
 	ctx   context.Context
-	open  Opener
-	path  string
+	open  func() session.Store
 	store session.Store
 	clock *Clock
 
@@ -106,8 +116,7 @@ func newHarness(tb testing.TB, open Opener) *harness {
 	h := &harness{
 		tb:    tb,
 		ctx:   context.Background(),
-		open:  open,
-		path:  filepath.Join(tb.TempDir(), "anteroom.db"),
+		open:  open(tb),
 		clock: NewClock(Epoch),
 	}
 	h.store = h.openStore()
@@ -117,13 +126,13 @@ func newHarness(tb testing.TB, open Opener) *harness {
 
 func (h *harness) openStore() session.Store {
 	h.tb.Helper()
-	s := h.open(h.tb, h.path)
+	s := h.open()
 	require.NotNil(h.tb, s)
 	s.SetCommitListener(h.record)
 	return s
 }
 
-// reopen closes the Store and opens its path again: a restart.
+// reopen closes the Store and opens it again: a restart.
 func (h *harness) reopen() {
 	h.tb.Helper()
 	require.NoError(h.tb, h.store.Close())

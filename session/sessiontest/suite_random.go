@@ -195,6 +195,12 @@ func testRandomized(t *testing.T, open Opener) {
 	w := h.waitlist(cfgs...)
 	ctx := h.ctx
 	lastNext := map[string]int64{}
+	// Positions (never reused) of the sessions seen active: no session goes
+	// from active back to waiting.
+	wasActive := map[string]map[int64]bool{}
+	for _, name := range names {
+		wasActive[name] = map[int64]bool{}
+	}
 
 	check := func(step int, what string) {
 		t.Helper()
@@ -241,6 +247,11 @@ func testRandomized(t *testing.T, open Opener) {
 				require.Greater(t, r.Position, prev, "step %d gate %s: positions not unique and increasing", step, name)
 				require.Less(t, r.Position, g.next, "step %d gate %s: position %d not below next_position", step, name, r.Position)
 				prev = r.Position
+				if r.Status == session.StatusActive {
+					wasActive[name][r.Position] = true
+				} else {
+					require.False(t, wasActive[name][r.Position], "step %d (%s) gate %s: %s at position %d went from active back to waiting", step, what, name, r.ID, r.Position)
+				}
 				ms, ok := g.sessions[r.ID]
 				require.True(t, ok, "step %d (%s) gate %s: store has %s, model does not", step, what, name, r.ID)
 				require.Equal(t, ms.position, r.Position, "step %d gate %s: position of %s", step, name, r.ID)

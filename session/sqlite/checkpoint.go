@@ -80,6 +80,8 @@ type checkpointer struct {
 	restartFrames, highFrames int64
 
 	stats struct{ background, writer, truncates, failed atomic.Int64 }
+	// lastErr is the last checkpoint's error, nil once one succeeds.
+	lastErr atomic.Pointer[error]
 }
 
 func openCheckpointer(ctx context.Context, dsn string, pageSize int64, paused func() bool, log *slog.Logger, path string) (*checkpointer, error) {
@@ -173,6 +175,7 @@ func (k *checkpointer) run() {
 					continue
 				}
 				k.stats.truncates.Add(1)
+				k.succeeded()
 				k.reading.Store(&ckptReading{writtenAt: w})
 				truncatedAt, lastRun = w, w
 				continue
@@ -202,6 +205,7 @@ func (k *checkpointer) pass() int64 {
 		return w
 	}
 	k.stats.background.Add(1)
+	k.succeeded()
 	k.reading.Store(&ckptReading{log: log, done: done, writtenAt: w})
 	return w
 }
@@ -216,7 +220,15 @@ func (k *checkpointer) kick() {
 
 func (k *checkpointer) failed(err error) {
 	k.stats.failed.Add(1)
+	k.lastErr.Store(&err)
 	k.log.Warn("anteroom: WAL checkpoint failed", "path", k.path, "err", err)
+}
+
+// succeeded clears the last checkpoint error.
+func (k *checkpointer) succeeded() {
+	if k.lastErr.Load() != nil {
+		k.lastErr.Store(nil)
+	}
 }
 
 // committed is called by the writer after each transaction with the frames
@@ -253,6 +265,7 @@ func (k *checkpointer) committed(w *wconn, frames int64, quiet bool) {
 		return
 	}
 	k.stats.writer.Add(1)
+	k.succeeded()
 	if !busy && done == log {
 		log, done = 0, 0 // the writer's next transaction restarts the WAL
 	}

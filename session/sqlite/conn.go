@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/anteroomhq/anteroom/session"
@@ -43,6 +44,7 @@ const (
 	sqlIDAt         = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
 	sqlSelectMeta   = `SELECT value FROM meta WHERE key = ?`
 	sqlInsertMeta   = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
+	sqlDeleteMeta   = `DELETE FROM meta WHERE key = ?`
 	sqlAllRows      = `SELECT id, position, status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ?`
 )
 
@@ -51,6 +53,9 @@ type stmt struct {
 	st driver.Stmt
 	ex driver.StmtExecContext
 	q  driver.StmtQueryContext
+	// writes is set for a statement that changes rows (INSERT, UPDATE,
+	// DELETE): running it counts in wconn.writes.
+	writes bool
 }
 
 // wconn is the writer's connection. The writer talks to the driver directly,
@@ -60,6 +65,10 @@ type stmt struct {
 type wconn struct {
 	c    driver.Conn
 	args []driver.NamedValue
+	// writes counts the row-changing statements run (or tried: a failed one
+	// may have written before it failed), so that the writer knows whether
+	// a failed op left writes behind.
+	writes int64
 
 	begin, commit, rollback *stmt
 
@@ -67,8 +76,8 @@ type wconn struct {
 	selectRow, rowExists, insertRow, updateRow  *stmt
 	deleteRow, firstWaiters, purgeWaiting       *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
-	selectMeta, insertMeta                      *stmt
-	allSettings, upsertSettings, deleteSettings *stmt
+	selectMeta, insertMeta, deleteMeta          *stmt
+	allSettings                                 *stmt
 	checkpoint, truncate, pageSize              *stmt
 }
 
@@ -86,8 +95,8 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
 		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.purgeWaiting, sqlPurgeWaiting},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
-		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta},
-		{&w.allSettings, sqlAllSettings}, {&w.upsertSettings, sqlUpsertSettings}, {&w.deleteSettings, sqlDeleteSettings},
+		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
+		{&w.allSettings, sqlAllSettings},
 		{&w.checkpoint, "PRAGMA wal_checkpoint(PASSIVE)"}, {&w.truncate, "PRAGMA wal_checkpoint(TRUNCATE)"},
 		{&w.pageSize, "PRAGMA page_size"},
 	} {
@@ -95,7 +104,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("prepare %q: %w", p.sql, err)
 		}
-		s := &stmt{st: st}
+		s := &stmt{st: st, writes: isWrite(p.sql)}
 		if s.ex, ok = st.(driver.StmtExecContext); !ok {
 			return errors.New("driver statement cannot execute with a context")
 		}
@@ -105,6 +114,16 @@ func (w *wconn) prepare(ctx context.Context) error {
 		*p.dst = s
 	}
 	return nil
+}
+
+// isWrite reports whether the statement q changes rows.
+func isWrite(q string) bool {
+	for _, verb := range []string{"INSERT", "UPDATE", "DELETE"} {
+		if strings.HasPrefix(q, verb) {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *wconn) close() error {
@@ -117,8 +136,8 @@ func (w *wconn) close() error {
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
 		w.deleteRow, w.firstWaiters, w.purgeWaiting,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
-		w.selectMeta, w.insertMeta,
-		w.allSettings, w.upsertSettings, w.deleteSettings,
+		w.selectMeta, w.insertMeta, w.deleteMeta,
+		w.allSettings,
 		w.checkpoint, w.truncate, w.pageSize,
 	} {
 		if s != nil {
@@ -155,6 +174,9 @@ func (w *wconn) bind(args []any) []driver.NamedValue {
 // exec runs s and returns the number of rows it changed. A caller's context
 // never reaches the writer's statements: the transaction is shared.
 func (w *wconn) exec(s *stmt, args ...any) (int64, error) {
+	if s.writes {
+		w.writes++
+	}
 	res, err := s.ex.ExecContext(context.Background(), w.bind(args))
 	if err != nil {
 		return 0, err
@@ -164,6 +186,9 @@ func (w *wconn) exec(s *stmt, args ...any) (int64, error) {
 
 // query runs s; the caller reads the rows with next and closes them.
 func (w *wconn) query(s *stmt, args ...any) (driver.Rows, error) {
+	if s.writes {
+		w.writes++ // DELETE ... RETURNING
+	}
 	return s.q.QueryContext(context.Background(), w.bind(args))
 }
 

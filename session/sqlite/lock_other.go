@@ -13,9 +13,12 @@ import (
 const lockSupported = false
 
 func acquireLock(dbPath, lockPath string) (*os.File, error) {
-	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, fileMode)
 	if err != nil {
 		return nil, fmt.Errorf("anteroom: open lock file %s: %w", lockPath, err)
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm() != fileMode {
+		_ = f.Chmod(fileMode) // the umask may have taken bits away; tightenFiles warned of extra ones
 	}
 	return f, nil
 }

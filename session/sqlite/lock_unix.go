@@ -19,9 +19,12 @@ const lockSupported = true
 // lock behind. The file itself is never removed: removing it would race with
 // another process that just opened it.
 func acquireLock(dbPath, lockPath string) (*os.File, error) {
-	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, fileMode)
 	if err != nil {
 		return nil, fmt.Errorf("anteroom: open lock file %s: %w", lockPath, err)
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm() != fileMode {
+		_ = f.Chmod(fileMode) // the umask may have taken bits away; tightenFiles warned of extra ones
 	}
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)

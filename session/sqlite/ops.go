@@ -379,15 +379,10 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		if err != nil {
 			return fmt.Errorf("purge waiting: %w", err)
 		}
-		n := int64(len(b.rows))
-		if n > 0 {
-			e.c.Waiting -= n
-			e.save, e.report = true, true
-			for _, r := range b.rows {
-				s.idx.remove(e.name, r.ID, r.Position)
-				b.event(session.EventDequeued, r)
-			}
+		if err := s.purged(b, e, o); err != nil {
+			return err
 		}
+		n := int64(len(b.rows))
 		st.purgedWaiting = n
 		if budget -= n; budget == 0 {
 			return nil // maybe more: the next transaction looks again
@@ -403,15 +398,10 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		if err != nil {
 			return fmt.Errorf("purge active: %w", err)
 		}
-		n := int64(len(b.rows))
-		if n > 0 {
-			e.c.Active -= n
-			e.save, e.report = true, true
-			for _, r := range b.rows {
-				s.idx.remove(e.name, r.ID, r.Position)
-				b.event(session.EventDeactivated, r)
-			}
+		if err := s.purged(b, e, o); err != nil {
+			return err
 		}
+		n := int64(len(b.rows))
 		st.purgedActive = n
 		if budget -= n; budget == 0 {
 			return nil
@@ -425,6 +415,32 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 	}
 	st.promoted = n
 	st.finished = n == want || n < min(want, budget)
+	return nil
+}
+
+// purged accounts for the rows in b.rows that a purge statement deleted,
+// with session.DecidePurge. The statements select stale rows in SQL
+// (last seen below the cutoff of session.StaleCutoffs, or unclaimed past its
+// deadline): a row that
+// session.IsStale does not call stale means the SQL and the rule disagree,
+// and the op fails (its transaction is rolled back) rather than purge it.
+func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
+	now := normTime(o.now)
+	for _, r := range b.rows {
+		if !session.IsStale(o.cfg, r, now) {
+			return fmt.Errorf("purge: session %q of gate %q (%s, last active %v) is not stale at %v: the purge SQL disagrees with session.IsStale",
+				r.ID, e.name, r.Status, r.LastActive, now)
+		}
+		out := session.DecidePurge(r)
+		e.c = e.c.Add(out.Delta)
+		e.save, e.report = true, true
+		s.idx.remove(e.name, r.ID, r.Position)
+		if r.Status == session.StatusActive {
+			b.event(session.EventDeactivated, r)
+		} else {
+			b.event(session.EventDequeued, r)
+		}
+	}
 	return nil
 }
 
@@ -482,7 +498,7 @@ func (s *Store) applySecret(o *op) error {
 	}
 	v, err := o.gen()
 	if err != nil {
-		return &beforeWriteError{session.Errorf(session.CodeInternal, "sqlite: secret: generate: %w", err)}
+		return session.Errorf(session.CodeInternal, "sqlite: secret: generate: %w", err)
 	}
 	if len(v) == 0 {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: secret: generator returned an empty secret")
@@ -513,4 +529,19 @@ func (s *Store) waitingPositions(gate string, hint int64) ([]int64, error) {
 		}
 		out = append(out, asInt(dest[0]))
 	}
+}
+
+// probeKey names the row a readiness probe writes and deletes.
+const probeKey = "ready_probe"
+
+// applyProbe writes a row of about a page and deletes it: the transaction
+// commits only if the database can take new data.
+func (s *Store) applyProbe() error {
+	if _, err := s.wc.exec(s.wc.insertMeta, probeKey, make([]byte, 4096)); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	if _, err := s.wc.exec(s.wc.deleteMeta, probeKey); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	return nil
 }

@@ -12,11 +12,16 @@ import (
 	"github.com/anteroomhq/anteroom/session"
 )
 
-// The SQL of runtime gate settings (migrations/0004).
+// Runtime gate settings live in the meta table (migrations/0001), one row
+// per gate keyed settingsPrefix+name, its value the JSON of storedSettings:
+// no schema change, and nothing written until an operator changes a gate.
+// A row is deleted when the settings are reset or the gate removed.
+const settingsPrefix = "gate_settings/"
+
+// The SQL of runtime gate settings. '/' + 1 is '0': the range holds exactly
+// the keys that start with settingsPrefix.
 const (
-	sqlAllSettings    = `SELECT gate, settings FROM gate_settings`
-	sqlUpsertSettings = `INSERT INTO gate_settings (gate, settings) VALUES (?, ?) ON CONFLICT (gate) DO UPDATE SET settings = excluded.settings`
-	sqlDeleteSettings = `DELETE FROM gate_settings WHERE gate = ?`
+	sqlAllSettings = `SELECT substr(key, 15), value FROM meta WHERE key >= 'gate_settings/' AND key < 'gate_settings0'`
 )
 
 // storedSettings is the JSON of one gate_settings row. Durations are in
@@ -99,17 +104,27 @@ func (s *Store) SaveGateSettings(ctx context.Context, gate string, settings *ses
 
 func (s *Store) applySettings(o *op) error {
 	if o.setting == nil {
-		if _, err := s.wc.exec(s.wc.deleteSettings, o.cfg.Name); err != nil {
+		if _, err := s.wc.exec(s.wc.deleteMeta, settingsPrefix+o.cfg.Name); err != nil {
 			return fmt.Errorf("delete settings of gate %q: %w", o.cfg.Name, err)
 		}
 		return nil
 	}
 	b, err := encodeSettings(*o.setting)
 	if err != nil {
-		return &beforeWriteError{session.Errorf(session.CodeInternal, "sqlite: settings: encode: %w", err)}
+		return session.Errorf(session.CodeInternal, "sqlite: settings: encode: %w", err)
 	}
-	if _, err := s.wc.exec(s.wc.upsertSettings, o.cfg.Name, string(b)); err != nil {
+	if _, err := s.wc.exec(s.wc.insertMeta, settingsPrefix+o.cfg.Name, b); err != nil {
 		return fmt.Errorf("save settings of gate %q: %w", o.cfg.Name, err)
+	}
+	return nil
+}
+
+func asBytes(v driver.Value) []byte {
+	switch v := v.(type) {
+	case []byte:
+		return v
+	case string:
+		return []byte(v)
 	}
 	return nil
 }
@@ -132,7 +147,7 @@ func (s *Store) allSettings() (map[string]session.GateConfig, error) {
 			return nil, fmt.Errorf("read gate settings: %w", err)
 		}
 		gate := asString(dest[0])
-		c, err := decodeSettings(gate, []byte(asString(dest[1])))
+		c, err := decodeSettings(gate, asBytes(dest[1]))
 		if err != nil {
 			return nil, err
 		}

@@ -41,7 +41,7 @@ func TestStoreSuiteWithHashCollisions(t *testing.T) {
 	}
 	collide(t)
 	t.Setenv(sessiontest.RandomStepsEnv, "300")
-	sessiontest.RunStoreSuite(t, openWith)
+	sessiontest.RunStoreSuite(t, sessiontest.AtPath(openWith))
 }
 
 func TestIndexCollisionsSurviveReopen(t *testing.T) {
@@ -243,46 +243,40 @@ func TestWALStaysBounded(t *testing.T) {
 	assert.True(t, os.IsNotExist(err), "closed: no WAL left")
 }
 
-// Update touches at most Options.UpdateChunk rows per transaction, whatever
-// its caller asks.
-func TestUpdateChunkIsCapped(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler), UpdateChunk: 3})
-	require.NoError(t, err)
-	defer s.Close()
-	cfg := sessiontest.GateConfig("default", 10)
-	ctx := context.Background()
-	for i := range 10 {
-		_, err := s.Join(ctx, cfg, "a"+strconv.Itoa(i), epoch)
-		require.NoError(t, err)
+// Update touches at most the chunk its caller asks for per transaction, the
+// one owner of that size (session.Options.UpdateChunk); none asked means
+// session.DefaultUpdateChunk.
+func TestUpdateHonoursTheChunkAsked(t *testing.T) {
+	cases := []struct {
+		chunk, wantTxs int
+	}{
+		{100, 4},  // 3 × 100 purged, then the (empty) promotion
+		{300, 2},  // 300 purged, then the promotion
+		{1000, 1}, // a chunk above the default is honoured too
+		{0, 2},    // session.DefaultUpdateChunk: 256, then 44
+		{-1, 2},   // the same
 	}
-	r, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Second), 1000)
-	require.NoError(t, err)
-	assert.EqualValues(t, 10, r.PurgedActive)
-	assert.GreaterOrEqual(t, r.Transactions, 4)
+	for _, tc := range cases {
+		t.Run(strconv.Itoa(tc.chunk), func(t *testing.T) {
+			s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			defer s.Close()
+			cfg := sessiontest.GateConfig("default", 300)
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			for i := range 300 {
+				wg.Go(func() {
+					_, err := s.Join(ctx, cfg, "a"+strconv.Itoa(i), epoch)
+					assert.NoError(t, err)
+				})
+			}
+			wg.Wait()
+			r, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Second), tc.chunk)
+			require.NoError(t, err)
+			assert.EqualValues(t, 300, r.PurgedActive)
+			assert.Equal(t, tc.wantTxs, r.Transactions)
+		})
+	}
 }
 
 func sqlOpen(path string) (*sql.DB, error) { return sql.Open("sqlite", path) }
-
-// Touch refreshes at most Options.UpdateChunk sessions per transaction.
-func TestTouchIsChunked(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "t.db"), Options{Logger: slog.New(slog.DiscardHandler), UpdateChunk: 2})
-	require.NoError(t, err)
-	defer s.Close()
-	cfg := sessiontest.GateConfig("default", 10)
-	ctx := context.Background()
-	var touches []session.Touch
-	for i := range 5 {
-		id := "a" + strconv.Itoa(i)
-		_, err := s.Join(ctx, cfg, id, epoch)
-		require.NoError(t, err)
-		touches = append(touches, session.Touch{ID: id, LastActive: epoch.Add(time.Duration(i+1) * time.Second)})
-	}
-	before := s.Transactions()
-	require.NoError(t, s.Touch(ctx, "default", touches))
-	assert.Equal(t, int64(3), s.Transactions()-before)
-	for _, tc := range touches {
-		got, err := s.Get(ctx, "default", tc.ID)
-		require.NoError(t, err)
-		assert.True(t, tc.LastActive.Equal(got.LastActive), tc.ID)
-	}
-}

@@ -11,11 +11,30 @@
 //
 // # One process per file
 //
-// Open takes an exclusive lock on path+".lock" and fails at once when another
-// process holds it (ErrLocked). Owning the file alone is what lets the
-// service answer hot reads from memory, updated only by this Store's commit
-// listener, and lets the Store keep each gate's counters in memory between
-// transactions.
+// Open resolves symbolic links in path (two names of one file are one
+// database), then takes an exclusive lock on path+".lock" and, on Linux, an
+// flock on the database file itself, which deleting or renaming the lock
+// file cannot defeat (flock and SQLite's POSIX locks do not interact there).
+// It fails at once when another process holds either (ErrLocked). Owning the
+// file alone is what lets the service answer hot reads from memory, updated
+// only by this Store's commit listener, and lets the Store keep each gate's
+// counters in memory between transactions.
+//
+// # Files and damage
+//
+// The database, its WAL, shared-memory and lock files are created readable
+// by their owner only (0600; the token secret is in the database), and an
+// existing one readable by others is restricted at Open, with a warning
+// naming it. Beside the database, path+".id" records its random identity
+// and, per gate, the highest next_position known to be on disk (written
+// with fsync and rename at Open, every second while positions are handed
+// out, and at Close, always after the WAL and the database are synced).
+// Open refuses (ErrDamaged) a database that has lost what that file
+// records: an empty or zero-length file, another database, a gate whose
+// next_position went back (a truncated WAL, an older copy), and one that
+// fails PRAGMA quick_check; the error says how to override. Ready reports a
+// Store that cannot write (its last write failed on storage, a checkpoint
+// or the identity record failed, the file was removed).
 //
 // # Group commit
 //
@@ -29,8 +48,9 @@
 // COMMIT the writer calls the commit listener once with the merged
 // session.Commit, then answers the callers. If COMMIT fails, every caller of
 // the batch gets the error and the listener is not called. An Update runs
-// as a series of transactions of at most Options.UpdateChunk rows, between
-// which the joins queued meanwhile run. Reads (Get, Rows) use a separate
+// as a series of transactions of at most the chunk its caller asks for
+// (session.Options.UpdateChunk), between which the joins queued meanwhile
+// run. Reads (Get, Rows) use a separate
 // pool of read-only connections.
 //
 // # Storage layout
@@ -88,18 +108,12 @@ type Options struct {
 	// CacheKiB is the page cache of the writer connection, in KiB. Default
 	// 16384 (16 MiB).
 	CacheKiB int
-	// UpdateChunk caps the rows one transaction of Update touches, whatever
-	// chunk its caller asks for, and the sessions one transaction of Touch
-	// refreshes: joins queued behind them wait for one such transaction at
-	// most. Default 256.
-	UpdateChunk int
 }
 
 const (
 	defaultMaxBatch    = 256
 	defaultBusyTimeout = 5 * time.Second
 	defaultCacheKiB    = 16 << 10
-	defaultUpdateChunk = 256
 	secretKey          = "token_secret"
 )
 
@@ -142,13 +156,13 @@ type Stats struct {
 // Store is the SQLite session.Store. Create it with Open; it is safe for
 // concurrent use.
 type Store struct {
-	path        string
-	log         *slog.Logger
-	maxBatch    int
-	updateChunk int
+	path     string
+	log      *slog.Logger
+	maxBatch int
 
 	lock   *os.File
-	wc     wconn // the one writer connection, used only by the writer goroutine
+	dbFile *os.File // the database file, flocked; closed after SQLite's connections
+	wc     wconn    // the one writer connection, used only by the writer goroutine
 	ck     *checkpointer
 	idx    *idIndex // (gate, id) -> row; see index.go
 	readDB *sql.DB
@@ -165,6 +179,22 @@ type Store struct {
 
 	updating atomic.Int32 // Update calls running
 
+	// The identity file: as found at Open (nil when there was none), and as
+	// last written (under idMu).
+	side       *identity
+	idMu       sync.Mutex
+	id         identity
+	recordStop chan struct{}
+	recordDone chan struct{}
+
+	// Health, for Ready: the last storage failure of a write (cleared by a
+	// successful probe) and of the identity record (cleared by the next
+	// record).
+	writeErr  atomic.Pointer[error]
+	recordErr atomic.Pointer[error]
+	probeMu   sync.Mutex
+	lastProbe time.Time
+
 	// Owned by the writer goroutine.
 	cache map[string]*gateEntry
 	b     batch
@@ -177,14 +207,18 @@ type Store struct {
 var _ session.Store = (*Store)(nil)
 
 // Open opens (creating it when needed) the database at path, takes the
-// exclusive process lock path+".lock", applies pending migrations and starts
-// the writer. The directory must exist.
+// exclusive process locks (path+".lock" and the database file itself),
+// checks the file against its identity file path+".id", applies pending
+// migrations and starts the writer. Symbolic links in path are resolved
+// first: Path returns the resolved path. The directory must exist.
 //
 // Errors: an error matching ErrLocked and session.ErrUnavailable when
 // another process (or another Store of this process) holds the lock;
 // session.ErrInvalidArgument for an empty, in-memory or URI path, or one
-// with a '?'; a session.CodeInternal error when the file cannot be
-// opened or migrated, or was written by a newer schema.
+// with a '?'; an error matching ErrDamaged and session.CodeInternal when the
+// file fails PRAGMA quick_check or has lost what its identity file records;
+// a session.CodeInternal error when the file cannot be opened or migrated,
+// or was written by a newer schema.
 func Open(path string, opts Options) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.ContainsRune(path, '?') {
 		return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: open: want a file path without '?', got %q", path)
@@ -207,10 +241,13 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.CacheKiB <= 0 {
 		opts.CacheKiB = defaultCacheKiB
 	}
-	if opts.UpdateChunk <= 0 {
-		opts.UpdateChunk = defaultUpdateChunk
-	}
 
+	resolved, err := resolvePath(path)
+	if err != nil {
+		return nil, session.Errorf(session.CodeInternal, "sqlite: open %q: %w", path, err)
+	}
+	path = resolved
+	tightenFiles(path, opts.Logger) // before anything opens them
 	lock, err := acquireLock(path, path+".lock")
 	if err != nil {
 		var le *lockedError
@@ -219,24 +256,49 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, session.Errorf(session.CodeInternal, "sqlite: open: %w", err)
 	}
+	fail := func(err error) (*Store, error) {
+		_ = releaseLock(lock)
+		var le *lockedError
+		if errors.As(err, &le) {
+			return nil, err
+		}
+		return nil, session.Errorf(session.CodeInternal, "sqlite: open %q: %w", path, err)
+	}
+	dbFile, _, err := openDBFile(path)
+	if err != nil {
+		return fail(err)
+	}
+	if err := lockDBFile(dbFile, path); err != nil {
+		dbFile.Close()
+		return fail(err)
+	}
+	side, err := readIdentity(path + ".id")
+	if err != nil {
+		dbFile.Close()
+		return fail(err)
+	}
 	s := &Store{
-		path:        path,
-		log:         opts.Logger,
-		maxBatch:    opts.MaxBatch,
-		updateChunk: opts.UpdateChunk,
-		lock:        lock,
-		ops:         make(chan *op, opts.QueueLen),
-		writerDone:  make(chan struct{}),
-		cache:       make(map[string]*gateEntry),
-		idx:         newIDIndex(),
+		path:       path,
+		log:        opts.Logger,
+		maxBatch:   opts.MaxBatch,
+		lock:       lock,
+		dbFile:     dbFile,
+		side:       side,
+		ops:        make(chan *op, opts.QueueLen),
+		writerDone: make(chan struct{}),
+		recordStop: make(chan struct{}),
+		recordDone: make(chan struct{}),
+		cache:      make(map[string]*gateEntry),
+		idx:        newIDIndex(),
 	}
 	if err := s.open(opts); err != nil {
 		_ = s.closeDBs()
-		_ = releaseLock(lock)
-		return nil, session.Errorf(session.CodeInternal, "sqlite: open %q: %w", path, err)
+		dbFile.Close() // after SQLite's connections: closing it drops their locks
+		return fail(err)
 	}
 	go s.ck.run()
 	go s.run()
+	go s.recordLoop()
 	return s, nil
 }
 
@@ -293,7 +355,16 @@ func (s *Store) open(opts Options) error {
 	s.readDB.SetMaxIdleConns(opts.ReadConns)
 	s.readDB.SetConnMaxLifetime(0)
 	s.readDB.SetConnMaxIdleTime(0)
-	return s.r.prepare(ctx, s.readDB)
+	if err := s.r.prepare(ctx, s.readDB); err != nil {
+		return err
+	}
+	// Record the identity now: a database that was just given one, or that
+	// the identity file does not know yet, is protected from its first
+	// start.
+	if err := s.recordIdentity(ctx, true); err != nil {
+		return fmt.Errorf("record identity: %w", err)
+	}
+	return nil
 }
 
 // migrate checks the journal mode and applies pending migrations, on a
@@ -317,6 +388,9 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	if mode != "wal" {
 		return fmt.Errorf("journal_mode is %q, want wal", mode)
 	}
+	if err := quickCheck(ctx, conn, s.path); err != nil {
+		return err
+	}
 	applied, err := migrate(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -330,6 +404,12 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	if _, err := verifyCounters(ctx, conn, s.log); err != nil {
 		return err
 	}
+	// The database must still hold what its identity file records.
+	id, err := checkIdentity(ctx, conn, s.path, s.side)
+	if err != nil {
+		return err
+	}
+	s.id = id
 	return nil
 }
 
@@ -485,12 +565,11 @@ func (s *Store) sessionOp(ctx context.Context, kind opKind, cfg session.GateConf
 	return sess, err
 }
 
-// Touch runs session.DecideTouch for the given sessions of gate, in
-// transactions of at most Options.UpdateChunk sessions (so that the joins
-// queued meanwhile wait for one of them at most). Sessions that do not exist
-// are skipped. It reports claims to the commit listener (as refreshes),
-// nothing else. On error, the transactions before the failed one are
-// committed.
+// Touch runs session.DecideTouch for the given sessions of gate, waiting or
+// active, in one transaction: the caller bounds len(touches) (the Waitlist
+// sends at most session.Options.UpdateChunk). Sessions that do not exist are
+// skipped. It reports claims to the commit listener (as refreshes), nothing
+// else.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name,
 // session.ErrUnavailable after Close, the context's error when it is done
@@ -502,24 +581,18 @@ func (s *Store) Touch(ctx context.Context, gate string, touches []session.Touch)
 	if len(touches) == 0 {
 		return nil
 	}
-	for len(touches) > 0 {
-		n := min(len(touches), s.updateChunk)
-		o := newOp(ctx, opTouch)
-		o.cfg.Name, o.touches = gate, touches[:n]
-		err := s.do(o)
-		putOp(o)
-		if err != nil {
-			return err
-		}
-		touches = touches[n:]
-	}
-	return nil
+	o := newOp(ctx, opTouch)
+	o.cfg.Name, o.touches = gate, touches
+	err := s.do(o)
+	putOp(o)
+	return err
 }
 
 // Update is the cron tick for gate cfg.Name at now: it deletes stale waiting
 // sessions, then stale active ones, then promotes waiters in position order
 // up to session.PromotionCount, touching at most chunk rows per transaction
-// (chunk <= 0 means 1000). The steps go through the writer, so they
+// (chunk <= 0 means session.DefaultUpdateChunk). The steps go through the
+// writer, so they
 // serialise with joins, and each transaction's commit is reported to the
 // listener. A tick with little to do takes one transaction.
 //
@@ -530,8 +603,8 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 	if err := cfg.Validate(); err != nil {
 		return rep, err
 	}
-	if chunk <= 0 || chunk > s.updateChunk {
-		chunk = s.updateChunk
+	if chunk <= 0 {
+		chunk = session.DefaultUpdateChunk
 	}
 	s.updating.Add(1)
 	defer func() {
@@ -568,7 +641,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 
 // Purge deletes those of ids that session.StaleReason calls stale at now,
 // then promotes session.Promotions waiters into the freed slots (as the
-// gate's pacing allows), in one transaction (ids beyond Options.UpdateChunk
+// gate's pacing allows), in one transaction (ids beyond session.DefaultUpdateChunk
 // go in further ones). Absent sessions are skipped. With no ids it only
 // promotes: the Waitlist's sweeper fills slots so as pacing tokens come back.
 //
@@ -585,7 +658,7 @@ func (s *Store) Purge(ctx context.Context, cfg session.GateConfig, ids []string,
 		}
 	}
 	for first := true; first || len(ids) > 0; first = false {
-		n := min(len(ids), s.updateChunk)
+		n := min(len(ids), session.DefaultUpdateChunk)
 		o := newOp(ctx, opPurge)
 		o.cfg, o.now, o.ids = cfg, now, ids[:n]
 		err := s.do(o)
@@ -687,6 +760,65 @@ func (s *Store) readErr(what string, err error) error {
 	return session.Errorf(session.CodeInternal, "sqlite: %s: %w", what, err)
 }
 
+// Ready reports whether the Store can serve writes now (for /readyz,
+// through session.Waitlist.Ready). It fails while the last write failed on
+// storage (full, I/O error, read-only, corrupt) until a probe succeeds: a
+// transaction that writes and deletes a row of about a page, run by Ready
+// itself at most every second; while a checkpoint or the recording of the
+// identity file fails; and when the database's path no longer names the
+// open file (removed or replaced). Otherwise it costs two stats.
+//
+// Errors: session.ErrUnavailable after Close; otherwise a
+// session.CodeUnavailable error saying what fails.
+func (s *Store) Ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return session.ErrUnavailable
+	}
+	if err := s.sameFile(); err != nil {
+		return session.Errorf(session.CodeUnavailable, "sqlite: database %s was %w while open: its writes would be lost at restart", s.path, err)
+	}
+	if p := s.writeErr.Load(); p != nil {
+		if err := s.probe(ctx, p); err != nil {
+			return session.Errorf(session.CodeUnavailable, "sqlite: database %s cannot write: %w", s.path, err)
+		}
+	}
+	if p := s.ck.lastErr.Load(); p != nil {
+		return session.Errorf(session.CodeUnavailable, "sqlite: database %s: WAL checkpoint failed: %w", s.path, *p)
+	}
+	if p := s.recordErr.Load(); p != nil {
+		return session.Errorf(session.CodeUnavailable, "sqlite: database %s: recording its identity file failed: %w", s.path, *p)
+	}
+	return nil
+}
+
+// probe runs a probe transaction, unless one ran less than probeInterval
+// ago or runs now, and clears the write failure failed when it commits. It
+// returns nil when the Store can write again, else the failure.
+func (s *Store) probe(ctx context.Context, failed *error) error {
+	if !s.probeMu.TryLock() {
+		return *failed
+	}
+	defer s.probeMu.Unlock()
+	if !s.lastProbe.IsZero() && time.Since(s.lastProbe) < probeInterval {
+		return *failed
+	}
+	s.lastProbe = time.Now()
+	o := newOp(ctx, opProbe)
+	err := s.do(o)
+	putOp(o)
+	if err != nil {
+		if p := s.writeErr.Load(); p != nil {
+			return *p
+		}
+		return err
+	}
+	s.writeErr.CompareAndSwap(failed, nil)
+	if p := s.writeErr.Load(); p != nil {
+		return *p // another write failed meanwhile
+	}
+	return nil
+}
+
 // Close stops accepting operations (later calls return
 // session.ErrUnavailable), runs those already queued, closes the database
 // and releases the lock. It is idempotent and returns the first close error.
@@ -699,12 +831,18 @@ func (s *Store) Close() error {
 		<-s.writerDone
 		close(s.ck.stop)
 		<-s.ck.done
+		close(s.recordStop)
+		<-s.recordDone
 		// The last checkpoint: backfill every frame and empty the WAL.
 		var err error
 		if _, _, _, cerr := checkpoint(&s.wc, s.wc.truncate); cerr != nil {
 			err = fmt.Errorf("checkpoint: %w", cerr)
 		}
+		if rerr := s.recordIdentity(context.Background(), false); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("record identity: %w", rerr))
+		}
 		err = errors.Join(err, s.closeDBs())
+		err = errors.Join(err, s.dbFile.Close())
 		if lerr := releaseLock(s.lock); lerr != nil {
 			err = errors.Join(err, lerr)
 		}

@@ -28,7 +28,7 @@ func openStore(tb testing.TB, path string) session.Store {
 }
 
 func TestStoreSuite(t *testing.T) {
-	sessiontest.RunStoreSuite(t, openStore)
+	sessiontest.RunStoreSuite(t, sessiontest.AtPath(openStore))
 }
 
 // plainStore hides what the sqlite Store offers beyond session.Store, so the
@@ -40,13 +40,13 @@ func TestStoreSuiteWithoutInspector(t *testing.T) {
 		t.Skip("the suite again, through the plain session.Store interface")
 	}
 	t.Setenv(sessiontest.RandomStepsEnv, "300") // Get per id is slow
-	sessiontest.RunStoreSuite(t, func(tb testing.TB, path string) session.Store {
+	sessiontest.RunStoreSuite(t, sessiontest.AtPath(func(tb testing.TB, path string) session.Store {
 		return plainStore{openStore(tb, path)}
-	})
+	}))
 }
 
 func BenchmarkStore(b *testing.B) {
-	sessiontest.RunStoreBenchmarks(b, openStore)
+	sessiontest.RunStoreBenchmarks(b, sessiontest.AtPath(openStore))
 }
 
 func TestStoreImplementsInspectors(t *testing.T) {

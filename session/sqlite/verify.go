@@ -74,6 +74,10 @@ func verifyCountersTx(ctx context.Context, conn *sql.Conn) ([]countersRepair, er
 		}
 		c.maxPos = max(c.maxPos, maxPos)
 	}
+	if err := rows.Err(); err != nil { // the scan stopped early: counts are partial
+		rows.Close()
+		return nil, err
+	}
 	if err := rows.Close(); err != nil {
 		return nil, err
 	}
@@ -90,6 +94,10 @@ func verifyCountersTx(ctx context.Context, conn *sql.Conn) ([]countersRepair, er
 			return nil, err
 		}
 		stored[r.gate] = r
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return nil, err
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err

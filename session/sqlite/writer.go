@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/anteroomhq/anteroom/session"
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // opKind names what an op does.
@@ -23,6 +25,7 @@ const (
 	opLoad
 	opSecret
 	opPurge
+	opProbe
 	opSettings
 )
 
@@ -44,6 +47,8 @@ func (k opKind) String() string {
 		return "secret"
 	case opPurge:
 		return "purge"
+	case opProbe:
+		return "probe"
 	case opSettings:
 		return "settings"
 	}
@@ -132,8 +137,8 @@ type batch struct {
 	events  []session.Event
 	undo    []undoEntry // gates the current op touched, as they were before it
 	broken  error       // the transaction can no longer be committed
-	// poisoned is an op that failed on a storage error: the transaction is
-	// rolled back and run again without it.
+	// poisoned is an op that failed after it wrote, or on a storage error:
+	// the transaction is rolled back and run again without it.
 	poisoned *op
 	rows     []session.Session // rows read by an op
 }
@@ -149,13 +154,6 @@ var (
 	testHookOpDone       func(o *op) error
 	testHookBeforeCommit func() error
 )
-
-// beforeWriteError marks an op's failure that came before it wrote
-// anything, so that it does not poison the transaction.
-type beforeWriteError struct{ err error }
-
-func (e *beforeWriteError) Error() string { return e.err.Error() }
-func (e *beforeWriteError) Unwrap() error { return e.err }
 
 // run is the writer goroutine.
 func (s *Store) run() {
@@ -292,6 +290,7 @@ func (s *Store) failBatch(b *batch, err error) {
 	_, _ = s.wc.exec(s.wc.rollback) // fails harmlessly when no transaction is open
 	s.idx.rollback()
 	clear(s.cache)
+	s.noteWriteFailure(err)
 	s.log.Error("anteroom: sqlite transaction failed", "path", s.path, "ops", len(b.live), "err", err)
 	for _, o := range b.live {
 		o.err = session.Errorf(session.CodeInternal, "sqlite: %s: transaction failed: %w", o.kind, err)
@@ -300,14 +299,19 @@ func (s *Store) failBatch(b *batch, err error) {
 }
 
 // runOp runs o. When o fails, the writer's copies of what it changed are
-// undone and o keeps its error; the rest of the batch goes on. A failure on
-// a storage error may have left writes behind: it poisons the transaction,
-// which is run again without o (see runBatch). Ops fail otherwise only
-// before they write (not found, ...), so no op needs a savepoint, whose
-// sub-journal would copy every page an op touches.
+// undone and o keeps its error. An op that failed before it wrote anything
+// (not found, an invalid argument, a secret generator's error) leaves the
+// transaction as it was: the rest of the batch goes on. Any other failure
+// poisons the transaction, which is rolled back and run again without o
+// (see runBatch): one that came after o ran a row-changing statement,
+// whatever its error, and one on a storage error, after which SQLite may
+// have rolled the transaction back itself. So every op that wrote and then
+// failed is rolled back, without a savepoint per op, whose sub-journal would
+// copy every page an op touches.
 func (s *Store) runOp(b *batch, o *op) {
 	b.undo = b.undo[:0]
 	nEvents := len(b.events)
+	writes := s.wc.writes
 	err := s.apply(b, o)
 	if err == nil && testHookOpDone != nil {
 		err = testHookOpDone(o)
@@ -329,12 +333,25 @@ func (s *Store) runOp(b *batch, o *op) {
 		}
 		*e = u.prev
 	}
-	// A domain error (not found, ...) comes before any write but the gate
-	// row's creation, which may stay. Anything else may have left a write
-	// behind, or lost the transaction.
-	var clean *beforeWriteError
-	if session.CodeOf(err) == session.CodeInternal && !errors.As(err, &clean) {
+	var storage *sqlite.Error
+	if s.wc.writes != writes || errors.As(err, &storage) {
 		b.poisoned = o
+	}
+	s.noteWriteFailure(err)
+}
+
+// noteWriteFailure remembers err for Ready when it says the storage cannot
+// write (full, I/O error, read-only, corrupt, ...), not when one op was
+// refused.
+func (s *Store) noteWriteFailure(err error) {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY,
+		sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL:
+		s.writeErr.Store(&err)
 	}
 }
 
@@ -357,6 +374,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applyLoad(b, o)
 	case opSecret:
 		err = s.applySecret(o)
+	case opProbe:
+		err = s.applyProbe()
 	case opSettings:
 		err = s.applySettings(o)
 	default:

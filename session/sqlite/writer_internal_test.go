@@ -339,3 +339,66 @@ func TestUpdateStepRunAgainAfterPoison(t *testing.T) {
 	assert.Equal(t, "w2", rows[0].ID)
 	assert.Equal(t, session.StatusActive, rows[0].Status)
 }
+
+// An op that wrote and then failed is rolled back whatever its error: a
+// domain error (not found, invalid argument, ...) after a write is no proof
+// that nothing was written. An op that failed before writing costs the batch
+// nothing.
+func TestOpFailingAfterItsWritesIsRolledBackWhateverTheError(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+	}{
+		{"not found", session.Errorf(session.CodeNotFound, "injected not found")},
+		{"invalid argument", session.Errorf(session.CodeInvalidArgument, "injected invalid argument")},
+		{"unavailable", session.Errorf(session.CodeUnavailable, "injected unavailable")},
+		{"context canceled", context.Canceled},
+		{"internal", errors.New("injected")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			setHooks(t, func(o *op) error {
+				if o.kind == opJoin && o.id == "boom" {
+					return tc.err // after its row and counters were written
+				}
+				return nil
+			}, nil)
+			s := openInternal(t)
+			cfg := sessiontest.GateConfig("default", 1)
+			ctx := context.Background()
+			_, err := s.Join(ctx, cfg, "a", epoch)
+			require.NoError(t, err)
+
+			release := blockWriter(t, s)
+			res := queueJoins(t, s, ctx, cfg, "b", "boom", "c")
+			ghost := queue(t, s, func() (session.Session, error) { return s.Leave(ctx, cfg, "ghost", epoch) })
+			failedBefore := s.Stats().FailedTransactions
+			release()
+			got := make([]result, len(res))
+			for i, ch := range res {
+				got[i] = <-ch
+			}
+			require.ErrorIs(t, got[1].err, tc.err)
+			require.ErrorIs(t, (<-ghost).err, session.ErrNotFound)
+			assert.Equal(t, failedBefore+1, s.Stats().FailedTransactions,
+				"one attempt rolled back (boom's), none for the leave that failed before writing")
+			require.NoError(t, got[0].err)
+			require.NoError(t, got[2].err)
+			assert.Equal(t, int64(2), got[0].s.Position)
+			assert.Equal(t, int64(3), got[2].s.Position, "the failed join's position was rolled back")
+
+			_, err = s.Get(ctx, "default", "boom")
+			require.ErrorIs(t, err, session.ErrNotFound, "the failed join's row was rolled back")
+			rows, err := s.Rows(ctx, "default")
+			require.NoError(t, err)
+			assert.Len(t, rows, 3)
+			snaps, err := s.Load(ctx, []string{"default"})
+			require.NoError(t, err)
+			assert.Equal(t, session.Counters{NextPosition: 4, Active: 1, Waiting: 2}, snaps["default"].State.Counters)
+			// The index was rolled back too: boom joins anew at the end.
+			again, err := s.Join(ctx, cfg, "x", epoch)
+			require.NoError(t, err)
+			assert.Equal(t, int64(4), again.Position)
+		})
+	}
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// shortReadTimeout makes the server's read timeout short for one test.
+func shortReadTimeout(t *testing.T, d time.Duration) {
+	saved := defaultTimeouts
+	defaultTimeouts.read = d
+	t.Cleanup(func() { defaultTimeouts = saved })
+}
+
+// proxyApp is an app with an upload route, a websocket echo, and a route
+// that never answers.
+func proxyApp(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/upload", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "app read %d bytes, err=%v", len(b), err)
+	})
+	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		for {
+			typ, data, err := c.Read(r.Context())
+			if err != nil {
+				return
+			}
+			if err := c.Write(r.Context(), typ, data); err != nil {
+				return
+			}
+		}
+	})
+	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "page") })
+	app := httptest.NewServer(mux)
+	t.Cleanup(app.Close)
+	return app
+}
+
+// startProxy runs the program in reverse-proxy mode in front of app and
+// returns its address and the cookie of an admitted session.
+func startProxy(t *testing.T, app string, env ...string) (string, string) {
+	r := start(t, append([]string{
+		"ANTEROOM_DATABASE=" + filepath.Join(t.TempDir(), "anteroom.db"),
+		"ANTEROOM_UPSTREAM=" + app,
+	}, env...))
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	req, err := http.NewRequest(http.MethodGet, "http://"+r.addr+"/", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/html")
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	cookies := jar.Cookies(&url.URL{Scheme: "http", Host: r.addr})
+	require.Len(t, cookies, 1)
+	return r.addr, cookies[0].Name + "=" + cookies[0].Value
+}
+
+// A request body that stops arriving is cut off in reverse-proxy mode too,
+// on proxied paths and on the sidecar's own; websockets through the proxy
+// outlive the read timeout.
+func TestReverseProxyModeBoundsStalledBodiesNotWebsockets(t *testing.T) {
+	const readTimeout = time.Second
+	shortReadTimeout(t, readTimeout)
+	addr, cookie := startProxy(t, proxyApp(t).URL)
+
+	for _, path := range []string{"/upload", "/anteroom/api/join"} {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nCookie: %s\r\nContent-Length: 100\r\n\r\nonly a part", path, addr, cookie)
+		require.NoError(t, err)
+		// Generous: only a server that never gives up fails this.
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(15*time.Second)))
+		_, err = io.ReadAll(conn) // an error answer and/or the close
+		var ne net.Error
+		assert.False(t, errors.As(err, &ne) && ne.Timeout(), "%s: the stalled body held the connection", path)
+		_ = conn.Close()
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/echo", &websocket.DialOptions{HTTPHeader: http.Header{"Cookie": {cookie}}})
+	require.NoError(t, err)
+	defer ws.CloseNow()
+	time.Sleep(2 * readTimeout) // quiet for longer than the read timeout
+	require.NoError(t, ws.Write(ctx, websocket.MessageText, []byte("still here")))
+	_, data, err := ws.Read(ctx)
+	require.NoError(t, err, "the websocket outlived the read timeout")
+	assert.Equal(t, "still here", string(data))
+}
+
+// upstream_timeout reaches the proxy: an app that does not answer gives 504.
+func TestUpstreamTimeoutIsWired(t *testing.T) {
+	addr, cookie := startProxy(t, proxyApp(t).URL, "ANTEROOM_UPSTREAM_TIMEOUT=300ms")
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "GET /hang HTTP/1.1\r\nHost: %s\r\nCookie: %s\r\nAccept: application/json\r\n\r\n", addr, cookie)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(15*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "the proxy waited for the app for longer than upstream_timeout")
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, http.StatusGatewayTimeout, resp.StatusCode)
+	assert.True(t, strings.Contains(string(body), `"upstream_timeout"`), string(body))
+}

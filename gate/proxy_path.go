@@ -1,0 +1,97 @@
+package gate
+
+import (
+	"net/url"
+	"path"
+	"strings"
+)
+
+// canonicalPath returns the one form of u's path that reverse-proxy mode both
+// matches against protect and bypass and forwards to the app: decoded once,
+// with "." and ".." segments resolved and repeated slashes collapsed (a
+// trailing slash is kept). Because the app receives exactly the path that
+// was matched, no reading of the path by the app (a static file server that
+// cleans it, a servlet container that drops ";parameters", a server that
+// decodes "%2f") can reach a different resource than the one checked.
+//
+// It returns an error (code invalid_path, 400) for what different servers
+// read differently, so cannot be cleaned unambiguously: an encoded '/', '\',
+// '.' or ';', anything encoded twice (a "%" followed by two hex digits once
+// decoded), a literal '\' or ';', a NUL or another control character, and a
+// path that does not start with '/'.
+func canonicalPath(u *url.URL) (string, error) {
+	decoded := u.Path
+	raw := u.RawPath // set only when the request's encoding differs from the default one
+	if raw == "" {
+		raw = decoded
+	}
+	if !strings.HasPrefix(decoded, "/") {
+		return "", apiError(codeInvalidPath, "the path must start with '/'")
+	}
+	if i := ambiguousEscape(raw); i >= 0 {
+		return "", apiError(codeInvalidPath, "the path holds an encoded '/', '\\', '.', ';' or NUL ("+raw[i:i+3]+"), which servers read differently")
+	}
+	if hasEscape(decoded) {
+		return "", apiError(codeInvalidPath, "the path is percent-encoded twice, which servers read differently")
+	}
+	for i := 0; i < len(decoded); i++ {
+		switch b := decoded[i]; {
+		case b < 0x20 || b == 0x7f:
+			return "", apiError(codeInvalidPath, "the path holds a control character")
+		case b == '\\':
+			return "", apiError(codeInvalidPath, "the path holds a backslash, which some servers read as '/'")
+		case b == ';':
+			return "", apiError(codeInvalidPath, "the path holds ';', which some servers read as the start of path parameters")
+		}
+	}
+	clean := path.Clean(decoded)
+	if strings.HasSuffix(decoded, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean, nil
+}
+
+// ambiguousEscape returns the index of the first %2e, %2f, %5c, %3b or %00
+// (any case) in s, or -1.
+func ambiguousEscape(s string) int {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] != '%' {
+			continue
+		}
+		switch strings.ToLower(s[i+1 : i+3]) {
+		case "2e", "2f", "5c", "3b", "00":
+			return i
+		}
+	}
+	return -1
+}
+
+// hasEscape reports whether s holds a percent-escape ('%' and two hex
+// digits), which a server that decodes twice would decode.
+func hasEscape(s string) bool {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] == '%' && isHex(s[i+1]) && isHex(s[i+2]) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// hasPathPrefix reports whether p lies under prefix. With fold, letters
+// match in any case (for protect: a case-insensitive app serves /App/x as
+// /app/x). A prefix ending in '/' also covers the path without it ("/app/"
+// covers "/app"), which such apps answer too.
+func hasPathPrefix(p, prefix string, fold bool) bool {
+	eq := func(a, b string) bool { return a == b }
+	if fold {
+		eq = strings.EqualFold
+	}
+	if len(p) >= len(prefix) && eq(p[:len(prefix)], prefix) {
+		return true
+	}
+	return strings.HasSuffix(prefix, "/") && len(prefix) > 1 && eq(p, prefix[:len(prefix)-1])
+}

@@ -1,0 +1,57 @@
+package gate
+
+import (
+	"net/url"
+	"path"
+	"strings"
+	"testing"
+)
+
+// looseReading is how the loosest servers read a path, all at once:
+// backslashes as slashes, percent-decoding twice, ";parameters" dropped from
+// every segment, dot segments and repeated slashes resolved, any case.
+func looseReading(p string) string {
+	for range 2 {
+		p = strings.ReplaceAll(p, `\`, "/")
+		if d, err := url.PathUnescape(p); err == nil {
+			p = d
+		}
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		segs[i], _, _ = strings.Cut(s, ";")
+	}
+	return strings.ToLower(path.Clean("/" + strings.Join(segs, "/")))
+}
+
+// FuzzCanonicalPath: whatever a client sends, an accepted path is forwarded
+// in a form every server reads alike (the loosest reading of it is itself,
+// but for case and a trailing slash), the path matched is the one forwarded,
+// and cleaning is idempotent.
+func FuzzCanonicalPath(f *testing.F) {
+	for _, s := range []string{"/", "/app/x", "/static/../app/x", "//app", "/./app", "/a%2fb", "/a%252e%252e/b",
+		"/app;x=1/y", `/a\b`, "/%00", "/a/b/", "/a%20b", "/%c0%ae%c0%ae/", "/..%2F", "/a/./../.."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		u, err := url.ParseRequestURI(target)
+		if err != nil {
+			return
+		}
+		clean, err := canonicalPath(u)
+		if err != nil {
+			return
+		}
+		forwarded := (&url.URL{Path: clean}).EscapedPath()
+		if got, want := looseReading(forwarded), strings.ToLower(strings.TrimSuffix(clean, "/")); got != want && !(clean == "/" && got == "/") {
+			t.Fatalf("%q is forwarded as %q, which a loose server reads as %q, not %q", target, forwarded, got, want)
+		}
+		again, err := url.ParseRequestURI(forwarded)
+		if err != nil {
+			t.Fatalf("%q: forwarded %q does not parse: %v", target, forwarded, err)
+		}
+		if c2, err := canonicalPath(again); err != nil || c2 != clean {
+			t.Fatalf("%q: cleaning %q again gives %q, %v", target, forwarded, c2, err)
+		}
+	})
+}

@@ -1,0 +1,323 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// catchUpTimeout bounds the reads made while deliverMu is held.
+const catchUpTimeout = 5 * time.Second
+
+// querier is what catching up needs of a connection.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// notifyListener calls the commit listener; a listener that panics is a bug,
+// but must not kill the writer or the follower.
+func (s *Store) notifyListener(c session.Commit) {
+	fn := s.listener.Load()
+	if fn == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("anteroom: commit listener panicked", "panic", p)
+		}
+	}()
+	(*fn)(c)
+}
+
+// deliverLocal hands the writer's commit to the listener, after any commit
+// of another instance to the same gates it has not applied yet.
+func (s *Store) deliverLocal(ctx context.Context, c *pgx.Conn, lc localCommit) {
+	s.deliverMu.Lock()
+	defer s.deliverMu.Unlock()
+	for g, seq := range lc.loaded {
+		if _, known := s.applied[g]; !known {
+			s.applied[g] = seq
+		}
+	}
+	if len(lc.seqs) == 0 {
+		return
+	}
+	skip := map[string]bool{}
+	for _, g := range sortedKeys(lc.seqs) {
+		seq := lc.seqs[g]
+		a, known := s.applied[g]
+		if !known {
+			s.applied[g] = seq
+			continue
+		}
+		if a < seq-1 && !s.pending[g] {
+			s.catchUp(ctx, c, g, seq-1)
+		}
+		if s.pending[g] || s.applied[g] >= seq {
+			// Pending: the listener is behind on g and the Store unready
+			// until the follower's resync, which includes this commit.
+			// Otherwise a resync read this commit already.
+			skip[g] = true
+			continue
+		}
+		s.applied[g] = seq
+	}
+	if len(s.pending) > 0 {
+		s.wake()
+	}
+	commit := lc.commit
+	if len(skip) > 0 {
+		commit = session.Commit{Gates: map[string]session.GateState{}}
+		for _, ev := range lc.commit.Events {
+			if !skip[ev.Session.Gate] {
+				commit.Events = append(commit.Events, ev)
+			}
+		}
+		for g, st := range lc.commit.Gates {
+			if !skip[g] {
+				commit.Gates[g] = st
+			}
+		}
+	}
+	if len(commit.Events) > 0 || len(commit.Gates) > 0 {
+		s.notifyListener(commit)
+	}
+}
+
+// catchUp applies the commits of gate after the last applied one, up to
+// upTo, from the outbox; when one is missing it resynchronises the gate
+// from the tables. deliverMu is held.
+func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64) {
+	// deliverMu is held: a connection that hangs must not stall the writer.
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
+	a := s.applied[gate]
+	rows, err := q.Query(ctx, `SELECT seq, payload FROM anteroom_commits WHERE gate = $1 AND seq > $2 AND seq <= $3 ORDER BY seq`, gate, a, upTo)
+	if err != nil {
+		s.log.Warn("anteroom: reading the outbox failed", "gate", gate, "err", err)
+		s.resyncGate(ctx, q, gate)
+		return
+	}
+	type rec struct {
+		seq  int64
+		body []byte
+	}
+	var recs []rec
+	for rows.Next() {
+		var r rec
+		if err := rows.Scan(&r.seq, &r.body); err != nil {
+			break
+		}
+		recs = append(recs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		s.log.Warn("anteroom: reading the outbox failed", "gate", gate, "err", err)
+		s.resyncGate(ctx, q, gate)
+		return
+	}
+	for _, r := range recs {
+		if r.seq != s.applied[gate]+1 {
+			s.resyncGate(ctx, q, gate) // pruned: a gap the outbox cannot fill
+			return
+		}
+		var p payload
+		if err := json.Unmarshal(r.body, &p); err != nil {
+			s.log.Error("anteroom: unreadable outbox row", "gate", gate, "seq", r.seq, "err", err)
+			s.resyncGate(ctx, q, gate)
+			return
+		}
+		s.applied[gate] = r.seq
+		s.remote.Add(1)
+		s.notifyListener(p.commit(gate))
+	}
+	if s.applied[gate] < upTo {
+		s.resyncGate(ctx, q, gate)
+	}
+}
+
+// resyncGate reads the gate's whole state in one snapshot and hands it to
+// the listener as a Resync. deliverMu is held. On failure the gate is
+// pending and the Store unready until the follower resyncs it.
+func (s *Store) resyncGate(ctx context.Context, q querier, gate string) {
+	snap, seq, err := readSnapshot(ctx, q, gate)
+	if err != nil {
+		s.log.Error("anteroom: resync from the tables failed", "gate", gate, "err", err)
+		s.pending[gate] = true
+		s.setUnready(fmt.Errorf("resync of gate %q failed: %w", gate, err))
+		return
+	}
+	delete(s.pending, gate)
+	s.updateReady()
+	if seq <= s.applied[gate] {
+		return
+	}
+	s.applied[gate] = seq
+	s.resyncs.Add(1)
+	s.log.Info("anteroom: resynchronised a gate from the tables", "gate", gate, "seq", seq)
+	s.notifyListener(session.Commit{
+		Gates:  map[string]session.GateState{gate: snap.State},
+		Resync: map[string]session.GateSnapshot{gate: snap},
+	})
+}
+
+func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnapshot, int64, error) {
+	var snap session.GateSnapshot
+	var seq int64
+	tx, err := q.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return snap, 0, err
+	}
+	defer tx.Rollback(context.Background())
+	g := &gateTx{name: gate}
+	err = tx.QueryRow(ctx, `SELECT next_position, active, waiting, seq FROM anteroom_gates WHERE name = $1`, gate).
+		Scan(&g.c.NextPosition, &g.c.Active, &g.c.Waiting, &seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+		g.c.NextPosition = 1
+	}
+	if err != nil {
+		return snap, 0, err
+	}
+	if snap.State, err = state(ctx, tx, g); err != nil {
+		return snap, 0, err
+	}
+	rows, err := tx.Query(ctx, sqlActive, gate)
+	if err != nil {
+		return snap, 0, err
+	}
+	if snap.Active, err = scanSessions(rows, nil); err != nil {
+		return snap, 0, err
+	}
+	return snap, seq, tx.Commit(ctx)
+}
+
+// listen opens the follower's own connection and LISTENs on it.
+func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
+	c, err := pgx.ConnectConfig(ctx, s.connCfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Exec(ctx, "LISTEN "+channel+"; LISTEN "+s.wakeChannel); err != nil {
+		_ = c.Close(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
+
+// followLoop applies the notified commits of every instance; when the
+// connection is lost it marks the Store unready, listens again, resyncs
+// every gate followed, and only then marks it ready.
+func (s *Store) followLoop(ctx context.Context, c *pgx.Conn) {
+	defer close(s.followed)
+	for {
+		err := s.followConn(ctx, c)
+		_ = c.Close(context.Background())
+		if ctx.Err() != nil {
+			return
+		}
+		s.listening.Store(false)
+		s.setUnready(fmt.Errorf("lost the listening connection: %w", err))
+		s.log.Warn("anteroom: not following the other instances; reconnecting", "err", err)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.reconnect):
+			}
+			if c, err = s.listen(ctx); err == nil {
+				break
+			}
+		}
+		s.listening.Store(true)
+		if s.resyncAll(ctx, c) {
+			s.log.Info("anteroom: following the other instances again")
+		} // else the connection failed again, which followConn sees
+	}
+}
+
+// resyncAll resyncs every gate followed, after listening again.
+func (s *Store) resyncAll(ctx context.Context, c *pgx.Conn) bool {
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
+	s.deliverMu.Lock()
+	defer s.deliverMu.Unlock()
+	for _, g := range sortedKeys(s.applied) {
+		snap, seq, err := readSnapshot(ctx, c, g)
+		if err != nil {
+			s.setUnready(fmt.Errorf("resync of gate %q failed: %w", g, err))
+			return false
+		}
+		delete(s.pending, g)
+		if seq > s.applied[g] {
+			s.applied[g] = seq
+			s.resyncs.Add(1)
+			s.notifyListener(session.Commit{
+				Gates:  map[string]session.GateState{g: snap.State},
+				Resync: map[string]session.GateSnapshot{g: snap},
+			})
+		}
+	}
+	s.updateReady()
+	return true
+}
+
+// updateReady marks the Store ready when it listens and no gate awaits a
+// resync. deliverMu is held.
+func (s *Store) updateReady() {
+	if s.listening.Load() && len(s.pending) == 0 {
+		s.ready.Store(true)
+	}
+}
+
+// wake asks the follower to retry the pending resyncs: a notification on
+// this instance's own channel.
+func (s *Store) wake() {
+	ctx, cancel := context.WithTimeout(context.Background(), catchUpTimeout)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, '')", s.wakeChannel); err != nil {
+		s.log.Warn("anteroom: waking the follower failed", "err", err)
+	}
+}
+
+func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
+	for {
+		n, err := c.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Channel == s.wakeChannel {
+			s.deliverMu.Lock()
+			for _, g := range sortedKeys(s.pending) {
+				s.resyncGate(ctx, c, g)
+			}
+			s.deliverMu.Unlock()
+			continue
+		}
+		seqText, gate, ok := strings.Cut(n.Payload, " ")
+		seq, err := strconv.ParseInt(seqText, 10, 64)
+		if !ok || err != nil || !session.ValidGateName(gate) {
+			s.log.Warn("anteroom: ignoring a malformed notification", "payload", n.Payload)
+			continue
+		}
+		s.deliverMu.Lock()
+		if a, known := s.applied[gate]; known && s.pending[gate] {
+			s.resyncGate(ctx, c, gate)
+		} else if known && seq > a {
+			s.catchUp(ctx, c, gate, seq)
+		}
+		s.deliverMu.Unlock()
+		if c.IsClosed() {
+			return errors.New("connection closed")
+		}
+	}
+}

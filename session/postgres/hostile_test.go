@@ -1,0 +1,65 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/postgres/pgtest"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
+)
+
+// Ids are data: quotes, comment markers and SQL in an id are stored and
+// found as they are.
+func TestHostileIDsAreData(t *testing.T) {
+	url := pgtest.DB(t)
+	s := open(t, url, quiet)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig(multiGate, 3)
+	ids := []string{`a'b`, `x');DROP/**/TABLE/**/anteroom_sessions;--`, `"quoted"`, `back\slash`, `$1`, `%_*`}
+	for i, id := range ids {
+		got, err := s.Join(ctx, cfg, id, sessiontest.Epoch)
+		require.NoError(t, err, id)
+		assert.Equal(t, int64(i+1), got.Position)
+	}
+	for _, id := range ids {
+		got, err := s.Get(ctx, multiGate, id)
+		require.NoError(t, err, id)
+		assert.Equal(t, id, got.ID)
+	}
+	rows, err := s.Rows(ctx, multiGate)
+	require.NoError(t, err)
+	assert.Len(t, rows, len(ids))
+	_, err = s.Get(ctx, multiGate, `a'b' OR '1'='1`)
+	assert.ErrorIs(t, err, session.ErrNotFound)
+}
+
+// Notifications are hints: garbage on the channel, and seqs of unknown
+// gates, change nothing, and the instance keeps following.
+func TestForgedNotificationsAreIgnored(t *testing.T) {
+	url := pgtest.DB(t)
+	ins := startInstances(t, url, 2, 5, quiet)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	for _, p := range []string{"", "x", "12", "-1 default", "1 ../etc", "99999999999999999999 default", "5 unknown-gate", "0 default", "1 default extra"} {
+		_, err := c.Exec(ctx, "SELECT pg_notify('anteroom_commits', $1)", p)
+		require.NoError(t, err)
+	}
+	_, err = ins[1].wl.Join(ctx, multiGate, "after-garbage")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return ins[0].wl.ValidateSessionIsActive(multiGate, "after-garbage") == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.NoError(t, ins[0].store.Ready())
+	g, err := ins[0].wl.Global(multiGate)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), g.Active)
+}

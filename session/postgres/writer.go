@@ -1,0 +1,770 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+type opKind uint8
+
+const (
+	opJoin opKind = iota + 1
+	opLeave
+	opRelease
+	opTouch
+	opUpdate
+	opLoad
+)
+
+func (k opKind) String() string {
+	return [...]string{"op", "join", "leave", "release", "touch", "update", "load"}[k]
+}
+
+// op is one operation queued for the writer, with its answer.
+type op struct {
+	kind    opKind
+	ctx     context.Context
+	cfg     session.GateConfig
+	id      string
+	now     time.Time
+	touches []session.Touch
+	gates   []string
+	updIn   updateStep
+	upd     updateStep
+
+	sess  session.Session
+	snaps map[string]session.GateSnapshot
+	err   error
+	done  chan struct{}
+}
+
+type updateStep struct {
+	chunk                       int
+	waitingCutoff, activeCutoff int64
+	phase                       int
+	finished                    bool
+
+	purgedWaiting, purgedActive, promoted int64
+}
+
+const (
+	dbWaiting = 0
+	dbActive  = 1
+)
+
+const (
+	sqlCols       = `gate, position, id, status, last_active, created_at`
+	sqlSelectOne  = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND id = $2`
+	sqlSelectGate = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 ORDER BY position`
+	sqlSelectKeys = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE (gate, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
+	sqlActive     = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND status = 1 AND last_active IS NOT NULL ORDER BY position`
+	sqlWaiters    = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND status = 0 AND position >= $2 ORDER BY position LIMIT $3`
+	sqlBounds     = `SELECT min(position), max(position) FROM anteroom_sessions WHERE gate = $1 AND status = 0`
+	sqlEnsure     = `INSERT INTO anteroom_gates (name) SELECT n FROM unnest($1::text[]) AS n ORDER BY n ON CONFLICT (name) DO NOTHING`
+	sqlLock       = `SELECT name, next_position, active, waiting, seq FROM anteroom_gates WHERE name = ANY($1) ORDER BY name FOR UPDATE`
+	sqlDelete     = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`
+	sqlUpsert     = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at)
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[])
+		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active`
+	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5 WHERE name = $1`
+	sqlOutbox   = `INSERT INTO anteroom_commits (gate, seq, payload) VALUES ($1, $2, $3)`
+	sqlNotify   = `SELECT pg_notify('` + channel + `', $1)`
+	sqlTouch    = `UPDATE anteroom_sessions s SET last_active = t.la FROM unnest($2::text[], $3::bigint[]) AS t(id, la)
+		WHERE s.gate = $1 AND s.id = t.id AND s.status = 1`
+	sqlPurge = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (
+		SELECT gate, position FROM anteroom_sessions WHERE gate = $1 AND status = $2 AND last_active < $3 ORDER BY position LIMIT $4)
+		RETURNING ` + sqlCols
+)
+
+func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, error) {
+	defer rows.Close()
+	for rows.Next() {
+		var s session.Session
+		var status int16
+		var la *int64
+		var created int64
+		if err := rows.Scan(&s.Gate, &s.Position, &s.ID, &status, &la, &created); err != nil {
+			return out, err
+		}
+		s.Status = session.StatusWaiting
+		if status == dbActive {
+			s.Status = session.StatusActive
+		}
+		if la != nil {
+			s.LastActive = time.Unix(0, *la)
+		}
+		s.CreatedAt = time.Unix(0, created)
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// gateTx is a gate locked by the current transaction.
+type gateTx struct {
+	name   string
+	c      session.Counters
+	seq    int64
+	save   bool // counters changed
+	report bool // rows changed: a new seq, an outbox row, a notification
+	events []session.Event
+}
+
+type key struct{ gate, id string }
+
+// entry is the transaction's copy of one session row.
+type entry struct {
+	s     session.Session
+	live  bool  // the row exists (after the ops so far)
+	dbPos int64 // position of the row in the database as last flushed; 0 none
+	dirty bool
+}
+
+// batch is the writer's state for one transaction.
+type batch struct {
+	tx      pgx.Tx
+	gates   map[string]*gateTx
+	rows    map[key]*entry
+	events  []session.Event
+	ops     []*op
+	touched map[string]bool
+}
+
+// run is the writer goroutine.
+func (s *Store) run() {
+	defer close(s.done)
+	ops := make([]*op, 0, s.maxBatch)
+	for o := range s.ops {
+		ops = append(ops[:0], o)
+		if len(s.ops) == 0 {
+			runtime.Gosched()
+		}
+	fill:
+		for len(ops) < s.maxBatch {
+			select {
+			case o, ok := <-s.ops:
+				if !ok {
+					break fill
+				}
+				ops = append(ops, o)
+			default:
+				break fill
+			}
+		}
+		s.runBatch(ops)
+		clear(ops)
+	}
+}
+
+func (s *Store) runBatch(ops []*op) {
+	live := ops[:0:0]
+	for _, o := range ops {
+		if err := o.ctx.Err(); err != nil {
+			o.err = err
+			close(o.done)
+			continue
+		}
+		live = append(live, o)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx := context.Background()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		s.failBatch(live, storageErr("connect", err))
+		return
+	}
+	defer conn.Release()
+	b := &batch{ops: live, gates: map[string]*gateTx{}, rows: map[key]*entry{}, touched: map[string]bool{}}
+	commit, err := s.attempt(ctx, conn.Conn(), b)
+	if err != nil {
+		if b.tx != nil {
+			_ = b.tx.Rollback(ctx)
+		}
+		s.failBatch(live, storageErr("transaction", err))
+		return
+	}
+	s.txs.Add(1)
+	s.deliverLocal(ctx, conn.Conn(), commit)
+	for _, o := range live {
+		close(o.done)
+	}
+}
+
+func (s *Store) failBatch(ops []*op, err error) {
+	s.log.Error("anteroom: postgres transaction failed", "ops", len(ops), "err", err)
+	for _, o := range ops {
+		o.err = err
+		close(o.done)
+	}
+}
+
+// localCommit is what the writer's transaction did, for the listener.
+type localCommit struct {
+	commit session.Commit
+	seqs   map[string]int64
+	loaded map[string]int64 // seq of each gate a Load read
+}
+
+func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit, error) {
+	var lc localCommit
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return lc, err
+	}
+	b.tx = tx
+	// Lock every gate of the batch, in name order.
+	names := map[string]bool{}
+	var keys []key
+	for _, o := range b.ops {
+		switch o.kind {
+		case opLoad:
+			for _, g := range o.gates {
+				names[g] = true
+			}
+		case opTouch:
+		default:
+			names[o.cfg.Name] = true
+		}
+		if o.kind == opJoin || o.kind == opLeave || o.kind == opRelease {
+			keys = append(keys, key{o.cfg.Name, o.id})
+		}
+	}
+	if len(names) > 0 {
+		list := sortedKeys(names)
+		if _, err := tx.Exec(ctx, sqlEnsure, list); err != nil {
+			return lc, fmt.Errorf("gates: %w", err)
+		}
+		rows, err := tx.Query(ctx, sqlLock, list)
+		if err != nil {
+			return lc, fmt.Errorf("lock gates: %w", err)
+		}
+		for rows.Next() {
+			g := &gateTx{}
+			if err := rows.Scan(&g.name, &g.c.NextPosition, &g.c.Active, &g.c.Waiting, &g.seq); err != nil {
+				rows.Close()
+				return lc, err
+			}
+			b.gates[g.name] = g
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return lc, fmt.Errorf("lock gates: %w", err)
+		}
+	}
+	if len(keys) > 0 {
+		if err := s.prefetch(ctx, b, keys); err != nil {
+			return lc, err
+		}
+	}
+	for _, o := range b.ops {
+		if err := s.apply(ctx, b, o); err != nil {
+			if session.CodeOf(err) == session.CodeInternal {
+				return lc, fmt.Errorf("%s: %w", o.kind, err)
+			}
+			o.err = err // a domain error: the op wrote nothing
+		}
+		if o.kind == opLoad && o.err == nil {
+			if lc.loaded == nil {
+				lc.loaded = map[string]int64{}
+			}
+			for _, g := range o.gates {
+				lc.loaded[g] = b.gates[g].seq
+			}
+		}
+	}
+	if err := s.flush(ctx, b); err != nil {
+		return lc, err
+	}
+	lc.commit, lc.seqs, err = s.finish(ctx, b)
+	if err != nil {
+		return lc, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return lc, fmt.Errorf("commit: %w", err)
+	}
+	return lc, nil
+}
+
+func (s *Store) prefetch(ctx context.Context, b *batch, keys []key) error {
+	gates := make([]string, len(keys))
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		gates[i], ids[i] = k.gate, k.id
+		b.rows[k] = &entry{}
+	}
+	rows, err := b.tx.Query(ctx, sqlSelectKeys, gates, ids)
+	if err != nil {
+		return fmt.Errorf("read sessions: %w", err)
+	}
+	got, err := scanSessions(rows, nil)
+	if err != nil {
+		return fmt.Errorf("read sessions: %w", err)
+	}
+	for _, r := range got {
+		b.rows[key{r.Gate, r.ID}] = &entry{s: r, live: true, dbPos: r.Position}
+	}
+	return nil
+}
+
+// find returns the transaction's copy of the row (gate, id), reading it when
+// the batch has not yet.
+func (s *Store) find(ctx context.Context, b *batch, gate, id string) (*entry, error) {
+	k := key{gate, id}
+	if e := b.rows[k]; e != nil {
+		return e, nil
+	}
+	rows, err := b.tx.Query(ctx, sqlSelectOne, gate, id)
+	if err != nil {
+		return nil, fmt.Errorf("read session: %w", err)
+	}
+	got, err := scanSessions(rows, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read session: %w", err)
+	}
+	e := &entry{}
+	if len(got) == 1 {
+		e = &entry{s: got[0], live: true, dbPos: got[0].Position}
+	}
+	b.rows[k] = e
+	return e, nil
+}
+
+// write applies what a rule decided to the transaction's copy of the row
+// and the gate's counters.
+func (b *batch) write(g *gateTx, e *entry, out session.Outcome) {
+	switch out.Action {
+	case session.ActionNone:
+		return
+	case session.ActionInsert, session.ActionUpdate:
+		e.s, e.live, e.dirty = out.Session, true, true
+	case session.ActionDelete:
+		e.live, e.dirty = false, true
+	}
+	g.report = true
+	if out.Delta != (session.Counters{}) {
+		g.c = g.c.Add(out.Delta)
+		g.save = true
+	}
+}
+
+func (b *batch) event(g *gateTx, kind session.EventKind, s session.Session) {
+	ev := session.Event{Kind: kind, Session: s}
+	b.events = append(b.events, ev)
+	g.events = append(g.events, ev)
+}
+
+// flush writes the changed rows: deletes first (a session released and
+// joined again in one batch has a new position), then inserts and updates.
+func (s *Store) flush(ctx context.Context, b *batch) error {
+	var dg, ug, uid []string
+	var dp, up []int64
+	var ust []int16
+	var ula []*int64
+	var uc []int64
+	for _, e := range b.rows {
+		if !e.dirty {
+			continue
+		}
+		if e.dbPos != 0 && (!e.live || e.s.Position != e.dbPos) {
+			dg, dp = append(dg, e.s.Gate), append(dp, e.dbPos)
+		}
+		if e.live {
+			ug, up, uid = append(ug, e.s.Gate), append(up, e.s.Position), append(uid, e.s.ID)
+			st := int16(dbWaiting)
+			if e.s.Status == session.StatusActive {
+				st = dbActive
+			}
+			ust = append(ust, st)
+			var la *int64
+			if !e.s.LastActive.IsZero() {
+				v := e.s.LastActive.UnixNano()
+				la = &v
+			}
+			ula, uc = append(ula, la), append(uc, e.s.CreatedAt.UnixNano())
+		}
+	}
+	if len(dg) > 0 {
+		if _, err := b.tx.Exec(ctx, sqlDelete, dg, dp); err != nil {
+			return fmt.Errorf("delete sessions: %w", err)
+		}
+	}
+	if len(ug) > 0 {
+		if _, err := b.tx.Exec(ctx, sqlUpsert, ug, up, uid, ust, ula, uc); err != nil {
+			return fmt.Errorf("write sessions: %w", err)
+		}
+	}
+	for _, e := range b.rows {
+		if e.dirty {
+			e.dirty = false
+			e.dbPos = 0
+			if e.live {
+				e.dbPos = e.s.Position
+			}
+		}
+	}
+	return nil
+}
+
+// payload is an outbox row: what one commit did to one gate.
+type payload struct {
+	Events []wireEvent `json:"e,omitempty"`
+	State  wireState   `json:"s"`
+}
+
+type wireEvent struct {
+	Kind       session.EventKind `json:"k"`
+	ID         string            `json:"i"`
+	Position   int64             `json:"p"`
+	Active     bool              `json:"a,omitempty"`
+	LastActive int64             `json:"l,omitempty"`
+	CreatedAt  int64             `json:"c"`
+}
+
+type wireState struct {
+	Next    int64 `json:"n"`
+	Active  int64 `json:"a"`
+	Waiting int64 `json:"w"`
+	First   int64 `json:"f"`
+	Last    int64 `json:"l"`
+}
+
+func toWire(evs []session.Event, st session.GateState) payload {
+	p := payload{State: wireState{Next: st.NextPosition, Active: st.Active, Waiting: st.Waiting, First: st.FirstWaitingPosition, Last: st.LastWaitingPosition}}
+	for _, ev := range evs {
+		w := wireEvent{Kind: ev.Kind, ID: ev.Session.ID, Position: ev.Session.Position, Active: ev.Session.Status == session.StatusActive, CreatedAt: ev.Session.CreatedAt.UnixNano()}
+		if !ev.Session.LastActive.IsZero() {
+			w.LastActive = ev.Session.LastActive.UnixNano()
+		}
+		p.Events = append(p.Events, w)
+	}
+	return p
+}
+
+func (p payload) commit(gate string) session.Commit {
+	c := session.Commit{Gates: map[string]session.GateState{gate: {
+		Counters:             session.Counters{NextPosition: p.State.Next, Active: p.State.Active, Waiting: p.State.Waiting},
+		FirstWaitingPosition: p.State.First,
+		LastWaitingPosition:  p.State.Last,
+	}}}
+	for _, w := range p.Events {
+		s := session.Session{Gate: gate, ID: w.ID, Position: w.Position, Status: session.StatusWaiting, CreatedAt: time.Unix(0, w.CreatedAt)}
+		if w.Active {
+			s.Status = session.StatusActive
+		}
+		if w.LastActive != 0 {
+			s.LastActive = time.Unix(0, w.LastActive)
+		}
+		c.Events = append(c.Events, session.Event{Kind: w.Kind, Session: s})
+	}
+	return c
+}
+
+// state reads the gate's state inside the transaction (after flush).
+func state(ctx context.Context, q pgx.Tx, g *gateTx) (session.GateState, error) {
+	st := session.GateState{Counters: g.c, FirstWaitingPosition: g.c.NextPosition, LastWaitingPosition: g.c.NextPosition - 1}
+	if g.c.Waiting == 0 {
+		return st, nil
+	}
+	var first, last *int64
+	if err := q.QueryRow(ctx, sqlBounds, g.name).Scan(&first, &last); err != nil {
+		return st, fmt.Errorf("waiting bounds of gate %q: %w", g.name, err)
+	}
+	if first != nil && last != nil {
+		st.FirstWaitingPosition, st.LastWaitingPosition = *first, *last
+	}
+	return st, nil
+}
+
+// finish saves the counters, and for each gate whose rows changed takes the
+// next seq, writes the outbox row and notifies, in one round trip.
+func (s *Store) finish(ctx context.Context, b *batch) (session.Commit, map[string]int64, error) {
+	c := session.Commit{Events: b.events}
+	var seqs map[string]int64
+	pb := &pgx.Batch{}
+	for _, name := range sortedKeys(b.gates) {
+		g := b.gates[name]
+		if !g.save && !g.report {
+			continue
+		}
+		if g.report {
+			st, err := state(ctx, b.tx, g)
+			if err != nil {
+				return c, nil, err
+			}
+			g.seq++
+			if c.Gates == nil {
+				c.Gates, seqs = map[string]session.GateState{}, map[string]int64{}
+			}
+			c.Gates[name], seqs[name] = st, g.seq
+			body, err := json.Marshal(toWire(g.events, st))
+			if err != nil {
+				return c, nil, err
+			}
+			pb.Queue(sqlOutbox, name, g.seq, body)
+			pb.Queue(sqlNotify, fmt.Sprintf("%d %s", g.seq, name))
+		}
+		pb.Queue(sqlSaveGate, name, g.c.NextPosition, g.c.Active, g.c.Waiting, g.seq)
+	}
+	if pb.Len() > 0 {
+		if err := b.tx.SendBatch(ctx, pb).Close(); err != nil {
+			return c, nil, fmt.Errorf("save gates: %w", err)
+		}
+	}
+	return c, seqs, nil
+}
+
+func notFound(kind opKind, gate, id string) error {
+	return session.Errorf(session.CodeNotFound, "postgres: %s: session %q of gate %q not found", kind, id, gate)
+}
+
+func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
+	switch o.kind {
+	case opJoin:
+		g := b.gates[o.cfg.Name]
+		e, err := s.find(ctx, b, g.name, o.id)
+		if err != nil {
+			return err
+		}
+		var existing *session.Session
+		if e.live {
+			existing = &e.s
+		}
+		out := session.DecideJoin(o.cfg, g.c, existing, o.id, o.now)
+		b.write(g, e, out)
+		if out.Session.Status == session.StatusActive {
+			switch out.Action {
+			case session.ActionInsert:
+				b.event(g, session.EventActivated, out.Session)
+			case session.ActionUpdate:
+				b.event(g, session.EventRefreshed, out.Session)
+			}
+		}
+		o.sess = out.Session
+	case opLeave:
+		g := b.gates[o.cfg.Name]
+		e, err := s.find(ctx, b, g.name, o.id)
+		if err != nil {
+			return err
+		}
+		if !e.live {
+			return notFound(o.kind, g.name, o.id)
+		}
+		out := session.DecideLeave(&e.s, o.now)
+		b.write(g, e, out)
+		if out.Action == session.ActionUpdate && out.Session.Status == session.StatusActive {
+			b.event(g, session.EventRefreshed, out.Session)
+		}
+		o.sess = out.Session
+	case opRelease:
+		g := b.gates[o.cfg.Name]
+		e, err := s.find(ctx, b, g.name, o.id)
+		if err != nil {
+			return err
+		}
+		if !e.live {
+			return notFound(o.kind, g.name, o.id)
+		}
+		existing := e.s
+		out := session.DecideRelease(o.cfg, g.c, &existing)
+		b.write(g, e, out)
+		if existing.Status == session.StatusActive {
+			b.event(g, session.EventDeactivated, existing)
+		}
+		if _, err := s.promote(ctx, b, g, out.Promote, o.now); err != nil {
+			return err
+		}
+		o.sess = out.Session
+	case opTouch:
+		return s.applyTouch(ctx, b, o)
+	case opUpdate:
+		return s.applyUpdate(ctx, b, o)
+	case opLoad:
+		return s.applyLoad(ctx, b, o)
+	default:
+		return fmt.Errorf("unknown op %d", o.kind)
+	}
+	return nil
+}
+
+// promote promotes the first n waiters of the gate, in position order: the
+// database's waiters merged with the transaction's copies, which override
+// them.
+func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, n int64, now time.Time) (int64, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	limit := n + int64(len(b.rows))
+	rows, err := b.tx.Query(ctx, sqlWaiters, g.name, s.lb[g.name], limit)
+	if err != nil {
+		return 0, fmt.Errorf("read waiters: %w", err)
+	}
+	fromDB, err := scanSessions(rows, nil)
+	if err != nil {
+		return 0, fmt.Errorf("read waiters: %w", err)
+	}
+	cands := make([]*entry, 0, len(fromDB))
+	for k, e := range b.rows { // the copies decide for the rows they hold
+		if k.gate == g.name && e.live && e.s.Status == session.StatusWaiting {
+			cands = append(cands, e)
+		}
+	}
+	for _, r := range fromDB {
+		k := key{g.name, r.ID}
+		if _, ok := b.rows[k]; ok {
+			continue
+		}
+		e := &entry{s: r, live: true, dbPos: r.Position}
+		b.rows[k] = e
+		cands = append(cands, e)
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].s.Position < cands[j].s.Position })
+	if int64(len(fromDB)) == limit {
+		// Unread waiters may come before copies past the last one read.
+		last := fromDB[len(fromDB)-1].Position
+		for i, e := range cands {
+			if e.s.Position > last {
+				cands = cands[:i]
+				break
+			}
+		}
+	}
+	var done int64
+	for _, e := range cands {
+		if done == n {
+			break
+		}
+		out := session.Promote(e.s, now)
+		b.write(g, e, out)
+		b.event(g, session.EventPromoted, out.Session)
+		s.lb[g.name] = e.s.Position + 1
+		done++
+	}
+	return done, nil
+}
+
+func (s *Store) applyTouch(ctx context.Context, b *batch, o *op) error {
+	if err := s.flush(ctx, b); err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(o.touches))
+	las := make([]int64, 0, len(o.touches))
+	for _, t := range o.touches {
+		if t.LastActive.IsZero() || !session.ValidID(t.ID) {
+			continue
+		}
+		ids, las = append(ids, t.ID), append(las, t.LastActive.UnixNano())
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := b.tx.Exec(ctx, sqlTouch, o.cfg.Name, ids, las); err != nil {
+		return fmt.Errorf("touch: %w", err)
+	}
+	clear(b.rows) // the copies' last_active may be stale now; flushed, so nothing is lost
+	return nil
+}
+
+func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
+	step := o.updIn
+	st := &step
+	defer func() { o.upd = step }()
+	g := b.gates[o.cfg.Name]
+	if err := s.flush(ctx, b); err != nil {
+		return err
+	}
+	budget := int64(st.chunk)
+	purge := func(status int16, cutoff int64) ([]session.Session, error) {
+		rows, err := b.tx.Query(ctx, sqlPurge, g.name, status, cutoff, budget)
+		if err != nil {
+			return nil, fmt.Errorf("purge: %w", err)
+		}
+		got, err := scanSessions(rows, nil)
+		if err != nil {
+			return nil, fmt.Errorf("purge: %w", err)
+		}
+		for _, r := range got {
+			delete(b.rows, key{g.name, r.ID})
+		}
+		return got, nil
+	}
+	if st.phase == 0 {
+		got, err := purge(dbWaiting, st.waitingCutoff)
+		if err != nil {
+			return err
+		}
+		n := int64(len(got))
+		if n > 0 {
+			g.c.Waiting -= n
+			g.save, g.report = true, true
+		}
+		st.purgedWaiting = n
+		if budget -= n; budget == 0 {
+			return nil
+		}
+		st.phase = 1
+	}
+	if st.phase == 1 {
+		got, err := purge(dbActive, st.activeCutoff)
+		if err != nil {
+			return err
+		}
+		n := int64(len(got))
+		if n > 0 {
+			g.c.Active -= n
+			g.save, g.report = true, true
+			for _, r := range got {
+				b.event(g, session.EventDeactivated, r)
+			}
+		}
+		st.purgedActive = n
+		if budget -= n; budget == 0 {
+			return nil
+		}
+		st.phase = 2
+	}
+	want := session.PromotionCount(o.cfg.ActiveLimit, g.c)
+	n, err := s.promote(ctx, b, g, min(want, budget), o.now)
+	if err != nil {
+		return err
+	}
+	st.promoted = n
+	st.finished = n == want || n < min(want, budget)
+	return nil
+}
+
+func (s *Store) applyLoad(ctx context.Context, b *batch, o *op) error {
+	if err := s.flush(ctx, b); err != nil {
+		return err
+	}
+	o.snaps = make(map[string]session.GateSnapshot, len(o.gates))
+	for _, name := range o.gates {
+		g := b.gates[name]
+		if g == nil {
+			return errors.New("gate not locked")
+		}
+		st, err := state(ctx, b.tx, g)
+		if err != nil {
+			return err
+		}
+		rows, err := b.tx.Query(ctx, sqlActive, name)
+		if err != nil {
+			return fmt.Errorf("read active sessions: %w", err)
+		}
+		active, err := scanSessions(rows, nil)
+		if err != nil {
+			return fmt.Errorf("read active sessions: %w", err)
+		}
+		o.snaps[name] = session.GateSnapshot{State: st, Active: active}
+	}
+	return nil
+}
