@@ -43,6 +43,7 @@ type Config struct {
 	AllowedOrigins    []string              `yaml:"allowed_origins"`
 	Demo              *bool                 `yaml:"demo"`
 	LogLevel          string                `yaml:"log_level"`
+	AdminToken        string                `yaml:"admin_token"`
 	RateLimit         RateLimitConfig       `yaml:"rate_limit"`
 	TrustedProxies    []string              `yaml:"trusted_proxies"`
 	Websocket         WebsocketConfig       `yaml:"websocket"`
@@ -54,6 +55,10 @@ type GateConfig struct {
 	ActiveLimit    *int64   `yaml:"active_limit"`
 	ActiveTimeout  Duration `yaml:"active_timeout"`
 	WaitingTimeout Duration `yaml:"waiting_timeout"`
+	// Mode is open (default), queue_all or reject (session.Mode).
+	Mode string `yaml:"mode"`
+	// NewUsersPerMinute paces admissions (0: no pacing).
+	NewUsersPerMinute int64 `yaml:"new_users_per_minute"`
 }
 
 // RateLimitConfig bounds the client API per client IP.
@@ -111,6 +116,7 @@ const (
 	defaultWaitingTimeout      = time.Minute
 	minSecretLength            = 32
 	minAPIKeyLength            = 16
+	minAdminTokenLength        = 32
 	defaultRatePerSecond       = 5.0
 	defaultRateBurst           = 20
 	defaultMaxSockets          = 10000
@@ -416,6 +422,7 @@ var settings = []setting{
 	}},
 	{key: "allowed_origins", env: "ANTEROOM_ALLOWED_ORIGINS", want: "list", apply: func(c *Config, v string) error { c.AllowedOrigins = splitList(v); return nil }},
 	{key: "log_level", env: "ANTEROOM_LOG_LEVEL", want: "debug, info, warn or error", apply: func(c *Config, v string) error { c.LogLevel = v; return nil }},
+	{key: "admin_token", env: "ANTEROOM_ADMIN_TOKEN", want: "32+ characters", apply: func(c *Config, v string) error { c.AdminToken = v; return nil }},
 	{key: "gates.<name>.active_limit", env: "ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT", want: "whole number", applyGate: func(g *GateConfig, v string) error {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
@@ -433,6 +440,18 @@ var settings = []setting{
 		d, err := parseDuration(v)
 		g.WaitingTimeout = Duration(d)
 		return err
+	}},
+	{key: "gates.<name>.mode", env: "ANTEROOM_GATES_<NAME>_MODE", want: "open, queue_all or reject", applyGate: func(g *GateConfig, v string) error {
+		g.Mode = strings.TrimSpace(v)
+		return nil
+	}},
+	{key: "gates.<name>.new_users_per_minute", env: "ANTEROOM_GATES_<NAME>_NEW_USERS_PER_MINUTE", want: "whole number", applyGate: func(g *GateConfig, v string) error {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return fmt.Errorf("want a whole number such as 600 (0: no pacing), not %s", quote(v))
+		}
+		g.NewUsersPerMinute = n
+		return nil
 	}},
 }
 
@@ -724,6 +743,9 @@ func (c *Config) fillDefaults() {
 		if g.WaitingTimeout == 0 {
 			g.WaitingTimeout = Duration(defaultWaitingTimeout)
 		}
+		if g.Mode == "" {
+			g.Mode = string(session.ModeOpen)
+		}
 		c.Gates[name] = g
 	}
 }
@@ -747,6 +769,9 @@ func (c Config) Validate() error {
 	}
 	if c.Secret != "" && len(c.Secret) < minSecretLength {
 		return bad("secret", "must be at least %d characters (or empty to generate one)", minSecretLength)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenLength {
+		return bad("admin_token", "must be at least %d characters (or empty: /metrics open, admin off)", minAdminTokenLength)
 	}
 	if c.SecretPrevious != "" && len(c.SecretPrevious) < minSecretLength {
 		return bad("secret_previous", "must be at least %d characters (or empty: no rotation)", minSecretLength)
@@ -832,6 +857,12 @@ func (c Config) Validate() error {
 		if g.WaitingTimeout <= 0 {
 			return bad(key+".waiting_timeout", "must be a positive duration such as \"1m\"")
 		}
+		if m := session.Mode(g.Mode); !m.Valid() {
+			return bad(key+".mode", "%s: want open, queue_all or reject", quote(g.Mode))
+		}
+		if g.NewUsersPerMinute < 0 || g.NewUsersPerMinute > session.MaxNewUsersPerMinute {
+			return bad(key+".new_users_per_minute", "must be 0 (no pacing) or a positive number of admissions per minute")
+		}
 	}
 	return nil
 }
@@ -869,10 +900,12 @@ func (c Config) SessionGates() []session.GateConfig {
 	for _, name := range sortedKeys(c.Gates) {
 		g := c.Gates[name]
 		out = append(out, session.GateConfig{
-			Name:           name,
-			ActiveLimit:    *g.ActiveLimit,
-			ActiveTimeout:  time.Duration(g.ActiveTimeout),
-			WaitingTimeout: time.Duration(g.WaitingTimeout),
+			Name:              name,
+			ActiveLimit:       *g.ActiveLimit,
+			ActiveTimeout:     time.Duration(g.ActiveTimeout),
+			WaitingTimeout:    time.Duration(g.WaitingTimeout),
+			Mode:              session.Mode(g.Mode),
+			NewUsersPerMinute: g.NewUsersPerMinute,
 		})
 	}
 	return out
