@@ -472,3 +472,25 @@ func TestClosedGateProxy(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "an API request creates no session, closed gate or not")
 	assert.Equal(t, session.Code("no_session"), errorCode(t, string(b)))
 }
+
+// A gate added at runtime is served by the hub like the others: its
+// websocket gets the view, then the changes, and a promotion notice.
+func TestAdminAddedGateBroadcasts(t *testing.T) {
+	h := newAdminHarness(t, adminToken, nil)
+	code, body, _ := h.do(http.MethodPost, "gates", adminToken, `{"name":"launch","activeLimit":0}`)
+	require.Equal(t, http.StatusCreated, code, body)
+	v := h.join("launch", "w")
+	require.Equal(t, session.StatusWaiting, v.Status)
+
+	conn := dial(t, &harness{url: h.sc.URL}, "?gate=launch&session="+h.sc.Token(t, "w"))
+	first := read(t, conn)
+	assert.Equal(t, int64(1), first.Waiting)
+	code, _, _ = h.do(http.MethodPatch, "gates/launch", adminToken, `{"activeLimit":1}`)
+	require.Equal(t, http.StatusOK, code)
+	sawPromotion := false
+	for i := 0; i < 5 && !sawPromotion; i++ {
+		m := read(t, conn)
+		sawPromotion = m.Type == "session" && m.Status == "active"
+	}
+	assert.True(t, sawPromotion, "the raised limit promoted w and told its socket")
+}
