@@ -3,6 +3,7 @@ package gate_test
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 )
 
 const adminToken = "admin-token-0123456789abcdefghijklmnop" // 38 characters
@@ -199,7 +201,8 @@ func TestAdminListAndGet(t *testing.T) {
 }
 
 func TestAdminPatch(t *testing.T) {
-	h := newAdminHarness(t, adminToken, nil)
+	logs := &sessiontest.LogBuffer{}
+	h := newAdminHarness(t, adminToken, func(o *gate.Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	h.join("default", "a")
 	h.join("default", "b")
 	h.join("default", "c")
@@ -237,6 +240,8 @@ func TestAdminPatch(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	assert.Equal(t, session.CodeGateClosed, errorCode(t, string(b)))
+	assert.Equal(t, "60", resp.Header.Get("Retry-After"), "come back later")
+	assert.NotContains(t, logs.String(), "request failed", "a refusal is no failure to log")
 	assert.Equal(t, session.StatusWaiting, h.join("vip", "n").Status, "a waiter keeps its place")
 
 	// Reopened: the waiter is promoted at once.

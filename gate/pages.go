@@ -88,7 +88,7 @@ func (s *Server) renderClosedPage(c echo.Context, gate string) error {
 	}
 	h := c.Response().Header()
 	h.Set("Cache-Control", "no-store")
-	h.Set("Retry-After", "60")
+	h.Set("Retry-After", closedRetryAfter)
 	return c.HTMLBlob(http.StatusServiceUnavailable, buf.Bytes())
 }
 

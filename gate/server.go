@@ -194,12 +194,22 @@ func New(opts Options) (*Server, error) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
 
+// closedRetryAfter is the Retry-After of a gate_closed answer, in seconds.
+const closedRetryAfter = "60"
+
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
 	d := errorDetail(err)
-	if wire.Status(d.Code) >= 500 {
+	switch {
+	case d.Code == session.CodeGateClosed:
+		// An answer, not a failure: a closed gate refuses every newcomer,
+		// and must not flood the log. Clients come back later.
+		if c.Response().Header().Get("Retry-After") == "" {
+			c.Response().Header().Set("Retry-After", closedRetryAfter)
+		}
+	case wire.Status(d.Code) >= 500:
 		s.log.Error("anteroom: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
 	wire.WriteError(c.Response(), c.Request(), d.Code, d.Message)
