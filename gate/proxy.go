@@ -172,6 +172,9 @@ func (s *Server) serveProxy(c echo.Context) error {
 	} else {
 		err = s.joinFromPage(c, gate, &id, &view, true)
 	}
+	if errors.Is(err, session.ErrGateClosed) && guard.WantsPage(r) {
+		return s.renderClosedPage(c, gate)
+	}
 	if err != nil {
 		return err
 	}

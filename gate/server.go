@@ -82,14 +82,17 @@ type Options struct {
 	Ready func() error
 	// MaxBodyBytes bounds request bodies; larger ones get 413. Default 4 KiB.
 	MaxBodyBytes int64
-	Logger       *slog.Logger
 	// Metrics, when set, is served at {base}/metrics (the Prometheus
 	// handler of package gate/metrics). Nil: that route answers 404.
 	Metrics http.Handler
-	// AdminToken, when set, protects the operator routes ({base}/metrics):
-	// they want "Authorization: Bearer <AdminToken>" and answer 401
-	// unauthorized without it. Empty: /metrics is open.
+	// AdminToken turns on the admin API under {base}/admin/api/ (admin.go),
+	// authorised by "Authorization: Bearer <AdminToken>"; at least
+	// MinAdminTokenLength characters. It also protects {base}/metrics. Empty:
+	// every admin path answers 404 and /metrics is open.
 	AdminToken string
+	// AdminRateLimit bounds admin requests per client, checked before the
+	// token. Default: 10 a second, bursts of 30.
+	AdminRateLimit RateLimitOptions
 	// AccessLog logs one line per request to Logger at info level: method,
 	// path (never the query string, which may carry a token), status,
 	// latency, gate and an anonymised session (see AccessLogKey).
@@ -99,6 +102,7 @@ type Options struct {
 	// session's requests can be followed without its id or token appearing.
 	// Default: a random key per Server.
 	AccessLogKey []byte
+	Logger       *slog.Logger
 }
 
 // Server is the sidecar's http.Handler.
@@ -112,8 +116,8 @@ type Server struct {
 	// limit is the per-IP rate limit of the client API (nil when off); a
 	// proxied page that creates a session spends from it too (allowJoin).
 	limit echo.MiddlewareFunc
-	// adminSum is the SHA-256 of Options.AdminToken, when set.
-	adminSum *[sha256.Size]byte
+	// adminToken is the digest of Options.AdminToken; nil when off.
+	adminToken *[sha256.Size]byte
 }
 
 // New builds the Server and its routes. It returns an error when a required
@@ -142,10 +146,6 @@ func New(opts Options) (*Server, error) {
 		opts.Ready = func() error { return nil }
 	}
 	s := &Server{opts: opts, log: opts.Logger, origins: originPolicy{patterns: opts.AllowedOrigins}}
-	if opts.AdminToken != "" {
-		sum := sha256.Sum256([]byte(opts.AdminToken))
-		s.adminSum = &sum
-	}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -190,6 +190,9 @@ func New(opts Options) (*Server, error) {
 	e.Match(getHead, b+"/", s.waitingPage)
 	e.Match(getHead, b, s.waitingPage)
 
+	if err := s.adminRoutes(e); err != nil {
+		return nil, err
+	}
 	for _, k := range opts.APIKeys {
 		if len(k) < minAPIKeyLength {
 			return nil, fmt.Errorf("gate: API keys must be at least %d characters", minAPIKeyLength)
@@ -215,12 +218,22 @@ func New(opts Options) (*Server, error) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
 
+// closedRetryAfter is the Retry-After of a gate_closed answer, in seconds.
+const closedRetryAfter = "60"
+
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
 	d := errorDetail(err)
-	if wire.Status(d.Code) >= 500 {
+	switch {
+	case d.Code == session.CodeGateClosed:
+		// An answer, not a failure: a closed gate refuses every newcomer,
+		// and must not flood the log. Clients come back later.
+		if c.Response().Header().Get("Retry-After") == "" {
+			c.Response().Header().Set("Retry-After", closedRetryAfter)
+		}
+	case wire.Status(d.Code) >= 500:
 		s.log.Error("anteroom: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
 	wire.WriteError(c.Response(), c.Request(), d.Code, d.Message)
@@ -633,7 +646,7 @@ func (s *Server) socket(c echo.Context) error {
 func (s *Server) metrics(c echo.Context) error {
 	if !s.admin(c.Request()) {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="anteroom"`)
-		return apiError(wire.CodeUnauthorized, "want Authorization: Bearer <admin_token>")
+		return apiError(wire.CodeAdminTokenRequired, "want Authorization: Bearer <admin_token>")
 	}
 	s.opts.Metrics.ServeHTTP(c.Response(), c.Request())
 	return nil
@@ -643,7 +656,7 @@ func (s *Server) metrics(c echo.Context) error {
 // set, or r carries it as Bearer (compared in constant time, as hashes so
 // that the length leaks nothing either).
 func (s *Server) admin(r *http.Request) bool {
-	if s.adminSum == nil {
+	if s.adminToken == nil {
 		return true
 	}
 	got := wire.BearerToken(r.Header)
@@ -651,7 +664,7 @@ func (s *Server) admin(r *http.Request) bool {
 		return false
 	}
 	sum := sha256.Sum256([]byte(got))
-	return subtle.ConstantTimeCompare(sum[:], s.adminSum[:]) == 1
+	return subtle.ConstantTimeCompare(sum[:], s.adminToken[:]) == 1
 }
 
 func (s *Server) healthz(c echo.Context) error {

@@ -73,7 +73,9 @@ func TestDecideJoin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, session.DecideJoin(cfg, tt.counters, tt.existing, "new", now))
+			got, err := session.DecideJoin(cfg, tt.counters, session.Pace{}, tt.existing, "new", now)
+			assert.NoError(t, err)
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }
@@ -175,7 +177,9 @@ func TestNoRuleTurnsActiveIntoWaiting(t *testing.T) {
 			for _, now := range times {
 				for _, la := range lastActives {
 					a := session.Session{Gate: "default", ID: "a", Position: 3, Status: session.StatusActive, LastActive: la, CreatedAt: t0}
-					stillActive(t, "join", session.DecideJoin(c, cs, &a, "a", now))
+					joined, err := session.DecideJoin(c, cs, session.Pace{}, &a, "a", now)
+					assert.NoError(t, err)
+					stillActive(t, "join", joined)
 					stillActive(t, "leave", session.DecideLeave(&a, now))
 					stillActive(t, "release", session.DecideRelease(c, cs, &a))
 					stillActive(t, "purge", session.DecidePurge(a))

@@ -57,7 +57,49 @@ type GateConfig struct {
 	// and no sign of life follows within this grace, the session is released
 	// at once. Zero: off.
 	ReleaseOnDisconnect time.Duration
+	// Mode says who gets in: ModeOpen (the zero value, "" reads as open),
+	// ModeQueueAll or ModeReject.
+	Mode Mode
+	// NewUsersPerMinute caps admissions (at join and promotions) at this
+	// many per minute, spread evenly, with a burst of at most one second's
+	// worth (see Pace). Zero: no pacing.
+	NewUsersPerMinute int64
 }
+
+// String renders the configuration for logs.
+func (c GateConfig) String() string {
+	mode := c.Mode
+	if mode == "" {
+		mode = ModeOpen
+	}
+	return fmt.Sprintf("limit=%d active_timeout=%v waiting_timeout=%v claim_timeout=%v release_on_disconnect=%v mode=%s new_users_per_minute=%d",
+		c.ActiveLimit, c.ActiveTimeout, c.WaitingTimeout, c.ClaimTimeout, c.ReleaseOnDisconnect, mode, c.NewUsersPerMinute)
+}
+
+// Mode is a gate's admission mode.
+type Mode string
+
+// The modes of a gate.
+const (
+	// ModeOpen admits new sessions while slots are free and nobody waits,
+	// and promotes waiters into freed slots.
+	ModeOpen Mode = "open"
+	// ModeQueueAll puts every new session in line and promotes nobody;
+	// active sessions go on (maintenance, a sale that has not started).
+	ModeQueueAll Mode = "queue_all"
+	// ModeReject refuses new sessions (ErrGateClosed) and promotes nobody;
+	// existing sessions keep their place and status.
+	ModeReject Mode = "reject"
+)
+
+// Valid reports whether m is a mode; "" is read as ModeOpen.
+func (m Mode) Valid() bool { return m == "" || m == ModeOpen || m == ModeQueueAll || m == ModeReject }
+
+// Admits reports whether the mode admits anyone new: open, or "".
+func (m Mode) Admits() bool { return m == "" || m == ModeOpen }
+
+// MaxNewUsersPerMinute bounds GateConfig.NewUsersPerMinute.
+const MaxNewUsersPerMinute = 1 << 40
 
 // Validate returns an ErrInvalidArgument error naming the first field that is
 // out of range.
@@ -75,6 +117,10 @@ func (c GateConfig) Validate() error {
 		return Errorf(CodeInvalidArgument, "gate %q: claim_timeout %v: must not be negative", c.Name, c.ClaimTimeout)
 	case c.ReleaseOnDisconnect < 0:
 		return Errorf(CodeInvalidArgument, "gate %q: release_on_disconnect %v: must not be negative", c.Name, c.ReleaseOnDisconnect)
+	case !c.Mode.Valid():
+		return Errorf(CodeInvalidArgument, "gate %q: mode %q: want open, queue_all or reject", c.Name, c.Mode)
+	case c.NewUsersPerMinute < 0 || c.NewUsersPerMinute > MaxNewUsersPerMinute:
+		return Errorf(CodeInvalidArgument, "gate %q: new_users_per_minute %d: must be 0 (no pacing) to %d", c.Name, c.NewUsersPerMinute, int64(MaxNewUsersPerMinute))
 	}
 	return nil
 }

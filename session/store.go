@@ -22,8 +22,15 @@ type Store interface {
 	SetCommitListener(fn func(Commit))
 
 	// Load ensures a row exists for each named gate and returns, for each, its
-	// state and its active sessions.
+	// state, its active sessions and its persisted settings; it also returns
+	// every other gate that has persisted settings (a gate added at runtime).
 	Load(ctx context.Context, gates []string) (map[string]GateSnapshot, error)
+
+	// SaveGateSettings persists settings (a valid GateConfig of that gate)
+	// as the gate's runtime settings, which Load returns from then on; nil
+	// forgets them. Settings changed at runtime win over the config file's
+	// until forgotten.
+	SaveGateSettings(ctx context.Context, gate string, settings *GateConfig) error
 
 	// Join runs DecideJoin for id in gate cfg.Name at now and returns the
 	// session as stored afterwards.
@@ -79,6 +86,9 @@ type GateSnapshot struct {
 	Active []Session
 	// Waiting holds the positions of the waiting sessions, ascending.
 	Waiting []int64
+	// Settings are the gate's persisted runtime settings (SaveGateSettings),
+	// nil when never saved or forgotten.
+	Settings *GateConfig
 }
 
 // Touch is one coalesced sign of life (see DecideTouch).

@@ -70,9 +70,16 @@ type Waitlist struct {
 	log    *slog.Logger
 	chunk  int
 	ready  func() error
-	gates  map[string]*gateMemory
-	names  []string
+	// set holds the gates, copied on write (AddGate, RemoveGate) so that
+	// every hot read looks a gate up without a lock.
+	set atomic.Pointer[gateSet]
+	// files are the gates' configurations as the caller gave them to New
+	// (the config file), for ResetGateConfig. Never written after New.
+	files  map[string]GateConfig
 	closed atomic.Bool
+	// adminMu serialises the runtime changes of gates (SetGateConfig,
+	// ResetGateConfig, AddGate, RemoveGate).
+	adminMu sync.Mutex
 
 	updateMu    sync.Mutex
 	stopFlusher chan struct{}
@@ -81,9 +88,18 @@ type Waitlist struct {
 	closeOnce   sync.Once
 }
 
+// gateSet is the service's gates: by name, and the names sorted. Never
+// written once published.
+type gateSet struct {
+	m     map[string]*gateMemory
+	names []string
+}
+
 // gateMemory is what the service keeps in memory of one gate.
 type gateMemory struct {
-	cfg    GateConfig
+	// cfg is the gate's current configuration, replaced whole at runtime
+	// (SetGateConfig); read it once per operation with config().
+	cfg    atomic.Pointer[GateConfig]
 	mu     sync.RWMutex
 	active map[string]*activeEntry
 	// line holds the waiting positions, for exact places; present the
@@ -92,6 +108,11 @@ type gateMemory struct {
 	present  map[string]*presence
 	view     atomic.Pointer[GlobalView]
 	admitted rateWindow
+	// joined counts new sessions, admissions sessions admitted (at join or
+	// promoted), for GateStats.
+	joined, admissions rateWindow
+	// runtime: cfg was set at runtime and persisted (GateStats.Runtime).
+	runtime atomic.Bool
 }
 
 type activeEntry struct {
@@ -133,7 +154,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		log:    opts.Logger,
 		chunk:  opts.UpdateChunk,
 		ready:  opts.Ready,
-		gates:  make(map[string]*gateMemory, len(gates)),
+		files:  make(map[string]GateConfig, len(gates)),
 	}
 	if w.clock == nil {
 		w.clock = SystemClock{}
@@ -144,40 +165,57 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 	if w.chunk <= 0 {
 		w.chunk = DefaultUpdateChunk
 	}
+	names := make([]string, 0, len(gates))
 	for _, cfg := range gates {
 		if err := cfg.Validate(); err != nil {
 			return nil, err
 		}
-		if _, dup := w.gates[cfg.Name]; dup {
+		if _, dup := w.files[cfg.Name]; dup {
 			return nil, Errorf(CodeInvalidArgument, "gate %q configured twice", cfg.Name)
 		}
-		w.gates[cfg.Name] = &gateMemory{cfg: cfg, active: make(map[string]*activeEntry), present: make(map[string]*presence)}
-		w.names = append(w.names, cfg.Name)
+		w.files[cfg.Name] = cfg
+		names = append(names, cfg.Name)
 	}
-	sort.Strings(w.names)
+	sort.Strings(names)
 
 	store.SetCommitListener(w.onCommit)
-	snaps, err := store.Load(ctx, w.names)
+	snaps, err := store.Load(ctx, names)
 	if err != nil {
 		return nil, err
 	}
-	for name, g := range w.gates {
-		snap := snaps[name]
-		g.mu.Lock()
-		for _, s := range snap.Active {
-			e := &activeEntry{position: s.Position}
-			e.lastActive.Store(s.LastActive.UnixNano())
-			e.persisted.Store(s.LastActive.UnixNano())
-			if !s.ClaimDeadline.IsZero() {
-				e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+	set := &gateSet{m: make(map[string]*gateMemory, len(snaps))}
+	for name, snap := range snaps {
+		cfg, inFile := w.files[name]
+		runtime := false
+		switch {
+		case snap.Settings != nil && snap.Settings.Validate() == nil && snap.Settings.Name == name:
+			if inFile {
+				w.log.Info("anteroom: gate settings changed at runtime win over the config file's (reset them through the admin API)",
+					"gate", name, "file", cfg.String(), "store", snap.Settings.String())
+			} else {
+				w.log.Info("anteroom: gate added at runtime restored from the store", "gate", name, "settings", snap.Settings.String())
 			}
-			g.active[s.ID] = e
+			cfg, runtime = *snap.Settings, true
+		case snap.Settings != nil:
+			w.log.Warn("anteroom: persisted gate settings are invalid; ignored", "gate", name)
+			if !inFile {
+				continue
+			}
+		case !inFile:
+			continue // the Store returned a gate nobody asked for
 		}
-		g.line.reset(snap.Waiting)
-		g.mu.Unlock()
-		v := g.globalView(snap.State, w.clock.Now())
-		g.view.Store(&v)
+		g := w.newGateMemory(cfg, snap)
+		g.runtime.Store(runtime)
+		set.m[name] = g
+		set.names = append(set.names, name)
 	}
+	for _, name := range names {
+		if set.m[name] == nil {
+			return nil, Errorf(CodeInternal, "store did not load gate %q", name)
+		}
+	}
+	sort.Strings(set.names)
+	w.set.Store(set)
 
 	interval := opts.TouchInterval
 	if interval == 0 {
@@ -203,8 +241,33 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 	return w, nil
 }
 
-// Gates returns the configured gate names, sorted.
-func (w *Waitlist) Gates() []string { return append([]string(nil), w.names...) }
+// newGateMemory builds a gate's memory from its loaded snapshot.
+func (w *Waitlist) newGateMemory(cfg GateConfig, snap GateSnapshot) *gateMemory {
+	g := &gateMemory{active: make(map[string]*activeEntry), present: make(map[string]*presence)}
+	g.cfg.Store(&cfg)
+	for _, s := range snap.Active {
+		e := &activeEntry{position: s.Position}
+		e.lastActive.Store(s.LastActive.UnixNano())
+		e.persisted.Store(s.LastActive.UnixNano())
+		if !s.ClaimDeadline.IsZero() {
+			e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+		}
+		g.active[s.ID] = e
+	}
+	g.line.reset(snap.Waiting)
+	v := g.globalView(snap.State, w.clock.Now())
+	g.view.Store(&v)
+	return g
+}
+
+// config is the gate's current configuration.
+func (g *gateMemory) config() GateConfig { return *g.cfg.Load() }
+
+// Gates returns the gate names, sorted.
+func (w *Waitlist) Gates() []string { return append([]string(nil), w.set.Load().names...) }
+
+// lookup returns the named gate's memory, or nil.
+func (w *Waitlist) lookup(name string) *gateMemory { return w.set.Load().m[name] }
 
 // GateConfig returns the configuration of a gate, or ErrUnknownGate.
 func (w *Waitlist) GateConfig(gate string) (GateConfig, error) {
@@ -212,7 +275,7 @@ func (w *Waitlist) GateConfig(gate string) (GateConfig, error) {
 	if err != nil {
 		return GateConfig{}, err
 	}
-	return g.cfg, nil
+	return g.config(), nil
 }
 
 // Join puts the session in line, or lets it in, per DecideJoin, and returns
@@ -223,7 +286,7 @@ func (w *Waitlist) Join(ctx context.Context, gate, id string) (SessionView, erro
 	if err != nil {
 		return SessionView{}, err
 	}
-	s, err := w.store.Join(ctx, g.cfg, id, w.clock.Now())
+	s, err := w.store.Join(ctx, g.config(), id, w.clock.Now())
 	if err != nil {
 		return SessionView{}, err
 	}
@@ -239,7 +302,7 @@ func (w *Waitlist) Leave(ctx context.Context, gate, id string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.store.Leave(ctx, g.cfg, id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
+	if _, err := w.store.Leave(ctx, g.config(), id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	return nil
@@ -254,7 +317,7 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.store.Release(ctx, g.cfg, id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
+	if _, err := w.store.Release(ctx, g.config(), id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	return nil
@@ -265,7 +328,7 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 // of Options.Ready (ErrUnavailable) while memory may be stale. It is read
 // from memory only and does not allocate.
 func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
-	g := w.gates[gate]
+	g := w.lookup(gate)
 	if g == nil {
 		return ErrUnknownGate
 	}
@@ -285,7 +348,7 @@ func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 // sets the session's LastActive to now: exactly in memory at once, persisted
 // at most every TouchInterval (and before every update).
 func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
-	g := w.gates[gate]
+	g := w.lookup(gate)
 	if g == nil {
 		return ErrUnknownGate
 	}
@@ -414,7 +477,9 @@ func (g *gateMemory) presenceOf(id string) *presence {
 }
 
 // Sweep passes on at once the slots of promoted sessions that did not claim
-// them by their deadline (Store.Purge), and releases the active sessions
+// them by their deadline (Store.Purge), promotes waiters into free slots of
+// an open gate (as pacing tokens come back: Store.Purge with no ids), and
+// releases the active sessions
 // whose last socket closed longer than their gate's ReleaseOnDisconnect ago
 // without a sign of life since. The background sweeper calls it every
 // Options.SweepInterval. It returns the first Store error, or
@@ -424,11 +489,13 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 		return ErrUnavailable
 	}
 	var firstErr error
-	for _, name := range w.names {
-		g := w.gates[name]
+	set := w.set.Load()
+	for _, name := range set.names {
+		g := set.m[name]
+		cfg := g.config()
 		now := w.clock.Now()
 		nowN := now.UnixNano()
-		grace := int64(g.cfg.ReleaseOnDisconnect)
+		grace := int64(cfg.ReleaseOnDisconnect)
 		var unclaimed, gone []string
 		g.mu.RLock()
 		for id, e := range g.active {
@@ -451,19 +518,28 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 			gone = append(gone, id)
 		}
 		g.mu.RUnlock()
-		if len(unclaimed) > 0 {
+		if len(unclaimed) > 0 || g.fillable(cfg) {
 			sort.Strings(unclaimed)
-			if _, err := w.store.Purge(ctx, g.cfg, unclaimed, now); err != nil && firstErr == nil {
+			if _, err := w.store.Purge(ctx, cfg, unclaimed, now); err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
 		for _, id := range gone {
-			if _, err := w.store.Release(ctx, g.cfg, id, now); err != nil && !errors.Is(err, ErrNotFound) && firstErr == nil {
+			if _, err := w.store.Release(ctx, cfg, id, now); err != nil && !errors.Is(err, ErrNotFound) && firstErr == nil {
 				firstErr = err
 			}
 		}
 	}
 	return firstErr
+}
+
+// fillable reports whether memory shows waiters and free slots in a gate
+// that admits: pacing held them back (its tokens come back with time), or
+// the limit was raised. Sweep then has the Store promote (Store.Purge with
+// no ids).
+func (g *gateMemory) fillable(cfg GateConfig) bool {
+	v := g.view.Load()
+	return cfg.Mode.Admits() && v.Waiting > 0 && v.Active < cfg.ActiveLimit
 }
 
 // Global returns the gate's global view from memory, its admission rate
@@ -502,11 +578,12 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 	if err := w.FlushTouches(ctx); err != nil {
 		return nil, err
 	}
-	reports := make([]UpdateReport, 0, len(w.names))
-	for _, name := range w.names {
-		g := w.gates[name]
+	set := w.set.Load()
+	reports := make([]UpdateReport, 0, len(set.names))
+	for _, name := range set.names {
+		g := set.m[name]
 		start := time.Now()
-		r, err := w.store.Update(ctx, g.cfg, w.clock.Now(), w.chunk)
+		r, err := w.store.Update(ctx, g.config(), w.clock.Now(), w.chunk)
 		r.Gate = name
 		r.Duration = time.Since(start)
 		if w.updObs != nil {
@@ -527,8 +604,9 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 // see it (the hub coalesces).
 func (w *Waitlist) republishRates() {
 	now := w.clock.Now()
-	for _, name := range w.names {
-		g := w.gates[name]
+	set := w.set.Load()
+	for _, name := range set.names {
+		g := set.m[name]
 		rate := g.admitted.perMinute(now)
 		for {
 			old := g.view.Load()
@@ -556,13 +634,15 @@ func (w *Waitlist) republishRates() {
 // Store.Touch call.
 func (w *Waitlist) FlushTouches(ctx context.Context) error {
 	now := w.clock.Now().UnixNano()
-	for _, name := range w.names {
-		g := w.gates[name]
+	set := w.set.Load()
+	for _, name := range set.names {
+		g := set.m[name]
+		cfg := g.config()
 		var touches []Touch
 		var entries []*activeEntry
 		var waiters []*presence
-		activeEvery := int64(g.cfg.ActiveTimeout / 8)
-		waitingEvery := int64(g.cfg.WaitingTimeout / 4)
+		activeEvery := int64(cfg.ActiveTimeout / 8)
+		waitingEvery := int64(cfg.WaitingTimeout / 4)
 		g.mu.Lock()
 		for id, p := range g.present {
 			if p.sockets > 0 {
@@ -690,7 +770,7 @@ func (w *Waitlist) following() error {
 }
 
 func (w *Waitlist) gate(name string) (*gateMemory, error) {
-	g := w.gates[name]
+	g := w.lookup(name)
 	if g == nil {
 		return nil, Errorf(CodeUnknownGate, "unknown gate %q", name)
 	}
@@ -714,14 +794,18 @@ func (w *Waitlist) writable(gate, id string) (*gateMemory, error) {
 // onCommit is the Store's commit listener: it applies the commit to memory,
 // then tells the publisher.
 func (w *Waitlist) onCommit(c Commit) {
+	set := w.set.Load()
+	if set == nil {
+		return // a commit of New's Load, before any gate is in memory
+	}
 	for name, snap := range c.Resync {
-		if g := w.gates[name]; g != nil {
+		if g := set.m[name]; g != nil {
 			g.resync(snap)
 		}
 	}
 	var promoted []Session
 	for _, ev := range c.Events {
-		g := w.gates[ev.Session.Gate]
+		g := set.m[ev.Session.Gate]
 		if g == nil {
 			continue // a gate no longer configured
 		}
@@ -756,6 +840,12 @@ func (w *Waitlist) onCommit(c Commit) {
 				g.admitted.add(s.LastActive, 1)
 				promoted = append(promoted, s)
 			}
+			if ev.Kind != EventRefreshed {
+				g.admissions.add(s.LastActive, 1)
+			}
+			if ev.Kind == EventActivated {
+				g.joined.add(s.CreatedAt, 1)
+			}
 		case EventDeactivated:
 			g.mu.Lock()
 			delete(g.active, s.ID)
@@ -764,6 +854,7 @@ func (w *Waitlist) onCommit(c Commit) {
 			g.mu.Lock()
 			g.line.add(s.Position)
 			g.mu.Unlock()
+			g.joined.add(s.CreatedAt, 1)
 		case EventDequeued:
 			g.mu.Lock()
 			g.line.remove(s.Position)
@@ -772,7 +863,7 @@ func (w *Waitlist) onCommit(c Commit) {
 	}
 	now := w.clock.Now()
 	for name, st := range c.Gates {
-		g := w.gates[name]
+		g := set.m[name]
 		if g == nil {
 			continue
 		}
@@ -784,7 +875,7 @@ func (w *Waitlist) onCommit(c Commit) {
 	}
 	if w.pub != nil {
 		for _, s := range promoted {
-			if g := w.gates[s.Gate]; g != nil {
+			if g := set.m[s.Gate]; g != nil {
 				w.pub.PublishSession(g.sessionView(s, now))
 			}
 		}
@@ -797,6 +888,12 @@ func (w *Waitlist) onCommit(c Commit) {
 // resync replaces the gate's active set with snap's, keeping the exact
 // LastActive of the sessions that stay.
 func (g *gateMemory) resync(snap GateSnapshot) {
+	if snap.Settings != nil && snap.Settings.Validate() == nil && snap.Settings.Name == g.cfg.Load().Name {
+		// Settings another instance changed (a shared store).
+		c := *snap.Settings
+		g.cfg.Store(&c)
+		g.runtime.Store(true)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	fresh := make(map[string]*activeEntry, len(snap.Active))
@@ -824,13 +921,14 @@ func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
 	g.mu.RLock()
 	buckets := g.line.buckets()
 	g.mu.RUnlock()
+	cfg := g.cfg.Load()
 	return GlobalView{
-		Gate:                 g.cfg.Name,
+		Gate:                 cfg.Name,
 		FirstWaitingPosition: st.FirstWaitingPosition,
 		LastWaitingPosition:  st.LastWaitingPosition,
 		Waiting:              st.Waiting,
 		Active:               st.Active,
-		Limit:                g.cfg.ActiveLimit,
+		Limit:                cfg.ActiveLimit,
 		AdmittedPerMinute:    g.admitted.perMinute(now),
 		Buckets:              buckets,
 	}

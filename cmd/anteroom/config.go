@@ -63,6 +63,10 @@ type GateConfig struct {
 	// closed before its slot is freed (0: off). Unset: off, but 3s when the
 	// demo is served.
 	ReleaseOnDisconnect *Duration `yaml:"release_on_disconnect"`
+	// Mode is open (default), queue_all or reject (session.Mode).
+	Mode string `yaml:"mode"`
+	// NewUsersPerMinute paces admissions (0: no pacing).
+	NewUsersPerMinute int64 `yaml:"new_users_per_minute"`
 }
 
 // RateLimitConfig bounds the client API per client IP.
@@ -464,6 +468,18 @@ var settings = []setting{
 		g.ReleaseOnDisconnect = (*Duration)(&d)
 		return err
 	}},
+	{key: "gates.<name>.mode", env: "ANTEROOM_GATES_<NAME>_MODE", want: "open, queue_all or reject", applyGate: func(g *GateConfig, v string) error {
+		g.Mode = strings.TrimSpace(v)
+		return nil
+	}},
+	{key: "gates.<name>.new_users_per_minute", env: "ANTEROOM_GATES_<NAME>_NEW_USERS_PER_MINUTE", want: "whole number", applyGate: func(g *GateConfig, v string) error {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return fmt.Errorf("want a whole number such as 600 (0: no pacing), not %s", quote(v))
+		}
+		g.NewUsersPerMinute = n
+		return nil
+	}},
 }
 
 // EnvWarning is an ANTEROOM_* environment variable that names no setting.
@@ -765,6 +781,9 @@ func (c *Config) fillDefaults() {
 			}
 			g.ReleaseOnDisconnect = &d
 		}
+		if g.Mode == "" {
+			g.Mode = string(session.ModeOpen)
+		}
 		c.Gates[name] = g
 	}
 }
@@ -882,6 +901,12 @@ func (c Config) Validate() error {
 		if g.ReleaseOnDisconnect != nil && *g.ReleaseOnDisconnect < 0 {
 			return bad(key+".release_on_disconnect", "must not be negative (0 turns it off)")
 		}
+		if m := session.Mode(g.Mode); !m.Valid() {
+			return bad(key+".mode", "%s: want open, queue_all or reject", quote(g.Mode))
+		}
+		if g.NewUsersPerMinute < 0 || g.NewUsersPerMinute > session.MaxNewUsersPerMinute {
+			return bad(key+".new_users_per_minute", "must be 0 (no pacing) or a positive number of admissions per minute")
+		}
 	}
 	return nil
 }
@@ -925,10 +950,12 @@ func (c Config) SessionGates() []session.GateConfig {
 	for _, name := range sortedKeys(c.Gates) {
 		g := c.Gates[name]
 		out = append(out, session.GateConfig{
-			Name:           name,
-			ActiveLimit:    *g.ActiveLimit,
-			ActiveTimeout:  time.Duration(g.ActiveTimeout),
-			WaitingTimeout: time.Duration(g.WaitingTimeout),
+			Name:              name,
+			ActiveLimit:       *g.ActiveLimit,
+			ActiveTimeout:     time.Duration(g.ActiveTimeout),
+			WaitingTimeout:    time.Duration(g.WaitingTimeout),
+			Mode:              session.Mode(g.Mode),
+			NewUsersPerMinute: g.NewUsersPerMinute,
 		})
 		if g.ClaimTimeout != nil {
 			out[len(out)-1].ClaimTimeout = time.Duration(*g.ClaimTimeout)

@@ -22,7 +22,7 @@ func TestExampleConfigParsesAndValidates(t *testing.T) {
 	assert.Equal(t, "1m", cfg.UpdateInterval)
 	assert.Equal(t, 250*time.Millisecond, time.Duration(cfg.BroadcastInterval))
 	assert.Equal(t, []session.GateConfig{{Name: "default", ActiveLimit: 100, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute,
-		ClaimTimeout: time.Minute, ReleaseOnDisconnect: 3 * time.Second}}, cfg.SessionGates(), "the demo releases a closed tab's slot after 3s")
+		ClaimTimeout: time.Minute, ReleaseOnDisconnect: 3 * time.Second, Mode: session.ModeOpen}}, cfg.SessionGates(), "the demo releases a closed tab's slot after 3s")
 
 	// The example states the defaults: no file at all gives the same config.
 	none, _, err := LoadConfig("", nil)
@@ -133,9 +133,9 @@ gates:
 	assert.Equal(t, time.Second, time.Duration(cfg.BroadcastInterval))
 	const demo = 3 * time.Second // release_on_disconnect while the demo is served
 	assert.Equal(t, []session.GateConfig{
-		{Name: "default", ActiveLimit: 7, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute, ClaimTimeout: time.Minute, ReleaseOnDisconnect: demo},
-		{Name: "extra", ActiveLimit: 1, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute, ClaimTimeout: time.Minute, ReleaseOnDisconnect: demo},
-		{Name: "vip-room", ActiveLimit: 2, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 30 * time.Second, ClaimTimeout: time.Minute, ReleaseOnDisconnect: demo},
+		{Name: "default", ActiveLimit: 7, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute, ClaimTimeout: time.Minute, ReleaseOnDisconnect: demo, Mode: session.ModeOpen},
+		{Name: "extra", ActiveLimit: 1, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute, ClaimTimeout: time.Minute, ReleaseOnDisconnect: demo, Mode: session.ModeOpen},
+		{Name: "vip-room", ActiveLimit: 2, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 30 * time.Second, ClaimTimeout: time.Minute, ReleaseOnDisconnect: demo, Mode: session.ModeOpen},
 	}, cfg.SessionGates())
 }
 
@@ -179,7 +179,7 @@ func TestUnknownEnvironmentVariablesWarn(t *testing.T) {
 		{name: "kubernetes named service port", env: "ANTEROOM_SERVICE_PORT_HTTP=8080", kubernetes: true},
 		{name: "typo", env: "ANTEROOM_LISTN=127.0.0.1:1", wantNearest: "ANTEROOM_LISTEN"},
 		{name: "typo of a secret", env: "ANTEROOM_SECRT=" + strings.Repeat("k", 40), wantNearest: "ANTEROOM_SECRET"},
-		{name: "unknown gate field", env: "ANTEROOM_GATES_DEFAULT_LIMIT=3", wantNearest: "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT"},
+		{name: "unknown gate field", env: "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMITS=3", wantNearest: "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT"},
 		{name: "gate field typo", yaml: "gates:\n  vip-room: {}\n", env: "ANTEROOM_GATES_VIP_ROOM_WAITING_TIMOUT=1m", wantNearest: "ANTEROOM_GATES_VIP_ROOM_WAITING_TIMEOUT"},
 		{name: "gate without a name", env: "ANTEROOM_GATES__ACTIVE_LIMIT=3", wantNearest: "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT"},
 		{name: "bare prefix", env: "ANTEROOM_=1"},
@@ -295,4 +295,32 @@ func TestClaimTimeoutAndReleaseOnDisconnect(t *testing.T) {
 			assert.Equal(t, 5*time.Minute, gates[0].WaitingTimeout, "waiting_timeout: a locked phone keeps its place for minutes")
 		})
 	}
+}
+
+func TestGateModeAndPacingConfig(t *testing.T) {
+	cfg, _, err := LoadConfig(writeConfig(t, "gates:\n  sale:\n    mode: queue_all\n    new_users_per_minute: 600\n"), []string{"ANTEROOM_GATES_VIP_MODE=reject", "ANTEROOM_GATES_VIP_NEW_USERS_PER_MINUTE=30"})
+	require.NoError(t, err)
+	gates := cfg.SessionGates()
+	require.Len(t, gates, 2)
+	assert.Equal(t, [2]any{session.ModeQueueAll, int64(600)}, [2]any{gates[0].Mode, gates[0].NewUsersPerMinute})
+	assert.Equal(t, [2]any{session.ModeReject, int64(30)}, [2]any{gates[1].Mode, gates[1].NewUsersPerMinute})
+
+	for _, tc := range []struct{ yaml, env, key string }{
+		{"gates:\n  default:\n    mode: closed\n", "", "gates.default.mode"},
+		{"gates:\n  default:\n    mode: OPEN\n", "", "gates.default.mode"},
+		{"gates:\n  default:\n    new_users_per_minute: -1\n", "", "gates.default.new_users_per_minute"},
+		{"", "ANTEROOM_GATES_DEFAULT_NEW_USERS_PER_MINUTE=fast", "ANTEROOM_GATES_DEFAULT_NEW_USERS_PER_MINUTE"},
+		{"", "ANTEROOM_ADMIN_TOKEN=short", "admin_token"},
+	} {
+		path := ""
+		if tc.yaml != "" {
+			path = writeConfig(t, tc.yaml)
+		}
+		_, _, err := LoadConfig(path, []string{tc.env})
+		require.Error(t, err, tc.yaml+tc.env)
+		assert.Contains(t, err.Error(), tc.key)
+	}
+	cfg, _, err = LoadConfig("", []string{"ANTEROOM_ADMIN_TOKEN=" + strings.Repeat("t", 32)})
+	require.NoError(t, err)
+	assert.Equal(t, strings.Repeat("t", 32), cfg.AdminToken)
 }

@@ -270,7 +270,7 @@ func TestMetricsWantTheAdminToken(t *testing.T) {
 				Error struct{ Code, Message string } `json:"error"`
 			}
 			require.NoError(t, json.Unmarshal(body, &e), string(body))
-			assert.Equal(t, "unauthorized", e.Error.Code)
+			assert.Equal(t, "admin_token_required", e.Error.Code)
 			assert.NotContains(t, string(body), "anteroom_")
 		})
 	}

@@ -92,6 +92,10 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("ReleaseOnDisconnect", func(t *testing.T) { testReleaseOnDisconnect(t, open) })
 	t.Run("ExactPlace", func(t *testing.T) { testExactPlace(t, open) })
 	t.Run("EventReasons", func(t *testing.T) { testEventReasons(t, open) })
+	t.Run("Modes", func(t *testing.T) { testModes(t, open) })
+	t.Run("Pacing", func(t *testing.T) { testPacing(t, open) })
+	t.Run("GateSettings", func(t *testing.T) { testGateSettings(t, open) })
+	t.Run("RuntimeSettings", func(t *testing.T) { testRuntimeSettings(t, open) })
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a

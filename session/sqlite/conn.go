@@ -77,6 +77,7 @@ type wconn struct {
 	deleteRow, firstWaiters, purgeWaiting       *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
 	selectMeta, insertMeta, deleteMeta          *stmt
+	allSettings                                 *stmt
 	checkpoint, truncate, pageSize              *stmt
 }
 
@@ -95,6 +96,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.purgeWaiting, sqlPurgeWaiting},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
+		{&w.allSettings, sqlAllSettings},
 		{&w.checkpoint, "PRAGMA wal_checkpoint(PASSIVE)"}, {&w.truncate, "PRAGMA wal_checkpoint(TRUNCATE)"},
 		{&w.pageSize, "PRAGMA page_size"},
 	} {
@@ -135,6 +137,7 @@ func (w *wconn) close() error {
 		w.deleteRow, w.firstWaiters, w.purgeWaiting,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
+		w.allSettings,
 		w.checkpoint, w.truncate, w.pageSize,
 	} {
 		if s != nil {

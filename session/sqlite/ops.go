@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/anteroomhq/anteroom/session"
@@ -197,10 +198,14 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	if err != nil {
 		return err
 	}
-	out := session.DecideJoin(o.cfg, e.c, existing, o.id, normTime(o.now))
+	out, err := session.DecideJoin(o.cfg, e.c, e.pace, existing, o.id, normTime(o.now))
+	if err != nil {
+		return err // a domain refusal (gate_closed), before any write
+	}
 	if err := s.write(e, out, sl); err != nil {
 		return err
 	}
+	e.pace = out.Pace
 	switch {
 	case out.Session.Status == session.StatusActive && out.Action == session.ActionInsert:
 		b.event(session.EventActivated, out.Session)
@@ -266,8 +271,10 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 }
 
 // promote promotes the first n waiters of the gate, in position order, with
-// session.Promote. It returns how many it promoted.
+// session.Promote, but no more than the gate's pacing allows at now
+// (session.Pace). It returns how many it promoted.
 func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time) (int64, error) {
+	n = min(n, e.pace.Available(cfg, now))
 	if n <= 0 {
 		return 0, nil
 	}
@@ -287,6 +294,7 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 		b.event(session.EventPromoted, out.Session)
 		e.lb = w.Position + 1
 	}
+	_, e.pace = e.pace.Allow(cfg, int64(len(b.rows)), now)
 	return int64(len(b.rows)), nil
 }
 
@@ -349,7 +357,7 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 		}
 		b.left(*row, why)
 	}
-	n, err := s.promote(b, e, o.cfg, session.PromotionCount(o.cfg.ActiveLimit, e.c), now)
+	n, err := s.promote(b, e, o.cfg, session.Promotions(o.cfg, e.c), now)
 	if err != nil {
 		return err
 	}
@@ -409,7 +417,7 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		}
 		st.phase = 2
 	}
-	want := session.PromotionCount(o.cfg.ActiveLimit, e.c)
+	want := session.Promotions(o.cfg, e.c)
 	n, err := s.promote(b, e, o.cfg, min(want, budget), normTime(o.now))
 	if err != nil {
 		return err
@@ -442,8 +450,18 @@ func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
 }
 
 func (s *Store) applyLoad(b *batch, o *op) error {
-	o.snaps = make(map[string]session.GateSnapshot, len(o.gates))
-	for _, name := range o.gates {
+	settings, err := s.allSettings()
+	if err != nil {
+		return err
+	}
+	names := append([]string(nil), o.gates...)
+	for name := range settings {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	o.snaps = make(map[string]session.GateSnapshot, len(names))
+	for _, name := range names {
 		e, err := s.gate(b, name)
 		if err != nil {
 			return err
@@ -464,7 +482,11 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting}
+		snap := session.GateSnapshot{State: st, Active: active, Waiting: waiting}
+		if c, ok := settings[name]; ok {
+			snap.Settings = &c
+		}
+		o.snaps[name] = snap
 	}
 	return nil
 }

@@ -648,9 +648,10 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 }
 
 // Purge deletes those of ids that session.StaleReason calls stale at now,
-// then promotes session.PromotionCount waiters into the freed slots, in one
-// transaction (ids beyond session.DefaultUpdateChunk go in further ones). Absent
-// sessions are skipped.
+// then promotes session.Promotions waiters into the freed slots (as the
+// gate's pacing allows), in one transaction (ids beyond session.DefaultUpdateChunk
+// go in further ones). Absent sessions are skipped. With no ids it only
+// promotes: the Waitlist's sweeper fills slots so as pacing tokens come back.
 //
 // Errors: those of Join.
 func (s *Store) Purge(ctx context.Context, cfg session.GateConfig, ids []string, now time.Time) (session.UpdateReport, error) {
@@ -664,7 +665,7 @@ func (s *Store) Purge(ctx context.Context, cfg session.GateConfig, ids []string,
 			return rep, session.Errorf(session.CodeInvalidArgument, "sqlite: purge: invalid session id %q", id)
 		}
 	}
-	for len(ids) > 0 {
+	for first := true; first || len(ids) > 0; first = false {
 		n := min(len(ids), session.DefaultUpdateChunk)
 		o := newOp(ctx, opPurge)
 		o.cfg, o.now, o.ids = cfg, now, ids[:n]

@@ -26,6 +26,7 @@ const (
 	opSecret
 	opPurge
 	opProbe
+	opSettings
 )
 
 func (k opKind) String() string {
@@ -48,6 +49,8 @@ func (k opKind) String() string {
 		return "purge"
 	case opProbe:
 		return "probe"
+	case opSettings:
+		return "settings"
 	}
 	return "op"
 }
@@ -64,8 +67,9 @@ type op struct {
 	ids     []string
 	gates   []string
 	gen     func() ([]byte, error)
-	updIn   updateStep // where an update step starts
-	upd     updateStep // where it ended, and what it did
+	setting *session.GateConfig // opSettings: what to save; nil deletes
+	updIn   updateStep          // where an update step starts
+	upd     updateStep          // where it ended, and what it did
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
@@ -111,6 +115,9 @@ type gateEntry struct {
 	// unknown), where the search for it starts: positions never move, and
 	// no session goes from active back to waiting, so it stays one.
 	lb int64
+	// pace is the gate's admission pacing (session.Pace), kept in memory
+	// only: it is restored with the rest of the entry when an op is undone.
+	pace session.Pace
 
 	inBatch bool // listed in batch.touched
 	save    bool // counters changed in this transaction
@@ -377,6 +384,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applySecret(o)
 	case opProbe:
 		err = s.applyProbe()
+	case opSettings:
+		err = s.applySettings(o)
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
