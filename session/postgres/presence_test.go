@@ -64,9 +64,9 @@ func TestPresenceAcrossInstances(t *testing.T) {
 	}
 
 	require.Equal(t, session.StatusActive, join(a, "front").Status)
-	join(a, "silent")  // 2: never heard of again
-	join(b, "hidden")  // 3: a hidden tab, its socket open on B
-	join(b, "poller")  // 4: polls B, no socket
+	join(a, "silent") // 2: never heard of again
+	join(b, "hidden") // 3: a hidden tab, its socket open on B
+	join(b, "poller") // 4: polls B, no socket
 	closeHidden, err := b.wl.Connect(multiGate, "hidden")
 	require.NoError(t, err)
 	defer closeHidden()
