@@ -168,6 +168,11 @@ func TestUpdateRunsOnOneInstanceAtATime(t *testing.T) {
 		require.NoError(t, err)
 	}
 	later := epoch.Add(cfg.ActiveTimeout + time.Second) // the 10 active are stale
+	var present []session.Touch                         // the 20 waiters are not: they showed a sign of life
+	for i := 10; i < 30; i++ {
+		present = append(present, session.Touch{ID: fmt.Sprintf("x%02d", i), LastActive: later})
+	}
+	require.NoError(t, b.Touch(ctx, multiGate, present))
 
 	// While another session holds the gate's lock, Update does nothing.
 	c, err := pgx.Connect(ctx, url)
