@@ -321,8 +321,9 @@ func (s *Store) Resyncs() int64 { return s.resyncs.Load() }
 // applied to its listener.
 func (s *Store) RemoteCommits() int64 { return s.remote.Load() }
 
-// Load ensures a row exists for each named gate and returns each gate's state
-// and active sessions (in position order). From then on the gates are
+// Load ensures a row exists for each named gate and returns each gate's
+// state, active sessions (in position order) and waiting positions
+// (ascending). From then on the gates are
 // followed: commits of other instances to them reach the listener.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name,
@@ -383,9 +384,11 @@ func (s *Store) sessionOp(ctx context.Context, kind opKind, cfg session.GateConf
 	return o.sess, err
 }
 
-// Touch persists LastActive for the given active sessions of gate, in one
-// transaction. Sessions that do not exist or are waiting are skipped. It
-// reports nothing to the commit listener.
+// Touch runs session.DecideTouch for the given sessions of gate, waiting or
+// active, in one transaction under the gate's row lock: the caller bounds
+// len(touches) (the Waitlist sends at most session.Options.UpdateChunk).
+// Sessions that do not exist are skipped. It reports claims to the commit
+// listener of every instance (as refreshes), nothing else.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name, and those
 // of Join.
@@ -443,7 +446,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		}
 	}()
 	waitingCutoff, activeCutoff := session.StaleCutoffs(cfg, now)
-	step := updateStep{chunk: chunk, waitingCutoff: nanos(waitingCutoff), activeCutoff: nanos(activeCutoff)}
+	step := updateStep{chunk: chunk, waitingCutoff: nanos(waitingCutoff), activeCutoff: nanos(activeCutoff), now: nanos(now)}
 	for !step.finished {
 		o := &op{kind: opUpdate, ctx: ctx, cfg: cfg, now: normTime(now), updIn: step}
 		o.updIn.purgedWaiting, o.updIn.purgedActive, o.updIn.promoted = 0, 0, 0
@@ -461,6 +464,42 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 	if _, err := c.Exec(ctx, "DELETE FROM anteroom_commits WHERE gate = $1 AND committed < now() - make_interval(secs => $2)",
 		cfg.Name, s.retention.Seconds()); err != nil {
 		s.log.Warn("anteroom: pruning the outbox failed", "gate", cfg.Name, "err", err)
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// Purge deletes those of ids that session.StaleReason calls stale at now,
+// then promotes session.PromotionCount waiters into the freed slots, in one
+// transaction under the gate's row lock (ids beyond Options.UpdateChunk go
+// in further ones). Absent sessions and sessions not stale are left alone.
+// It needs no advisory lock: the row lock orders it with every other
+// instance's writes, and staleness is decided on the rows read under it.
+//
+// Errors: those of Join; on error the report counts what was committed.
+func (s *Store) Purge(ctx context.Context, cfg session.GateConfig, ids []string, now time.Time) (session.UpdateReport, error) {
+	start := time.Now()
+	rep := session.UpdateReport{Gate: cfg.Name}
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	for _, id := range ids {
+		if !session.ValidID(id) {
+			return rep, session.Errorf(session.CodeInvalidArgument, "postgres: purge: invalid session id %q", id)
+		}
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), s.chunk)
+		o := &op{kind: opPurge, ctx: ctx, cfg: cfg, now: normTime(now), ids: ids[:n]}
+		if err := s.do(o); err != nil {
+			rep.Duration = time.Since(start)
+			return rep, err
+		}
+		rep.Transactions++
+		rep.PurgedWaiting += o.upd.purgedWaiting
+		rep.PurgedActive += o.upd.purgedActive
+		rep.Promoted += o.upd.promoted
+		ids = ids[n:]
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
