@@ -237,7 +237,6 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		TrustedProxies: trusted,
 		Logger:         log,
 		Metrics:        met.Handler(),
-		AdminToken:     cfg.AdminToken,
 		AccessLog:      cfg.AccessLog,
 		AccessLogKey:   accessLogKey(secret),
 		// /readyz answers 503 while the store cannot write (disk full, I/O

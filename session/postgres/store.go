@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -134,8 +135,9 @@ type Store struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	lb  map[string]int64 // writer's lower bounds of first waiting positions
-	txs atomic.Int64
+	lb   map[string]int64        // writer's lower bounds of first waiting positions
+	pace map[string]session.Pace // writer's pacing per gate (this instance's share; not persisted)
+	txs  atomic.Int64
 }
 
 var _ session.Store = (*Store)(nil)
@@ -188,6 +190,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		done:      make(chan struct{}),
 		followed:  make(chan struct{}),
 		lb:        make(map[string]int64),
+		pace:      make(map[string]session.Pace),
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
@@ -322,8 +325,9 @@ func (s *Store) Resyncs() int64 { return s.resyncs.Load() }
 func (s *Store) RemoteCommits() int64 { return s.remote.Load() }
 
 // Load ensures a row exists for each named gate and returns each gate's
-// state, active sessions (in position order) and waiting positions
-// (ascending). From then on the gates are
+// state, active sessions (in position order), waiting positions
+// (ascending) and persisted runtime settings; every gate with persisted
+// settings is returned too (one added at runtime). From then on the gates are
 // followed: commits of other instances to them reach the listener.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name,
@@ -336,9 +340,29 @@ func (s *Store) Load(ctx context.Context, gates []string) (map[string]session.Ga
 			return nil, session.Errorf(session.CodeInvalidArgument, "postgres: load: gate name %q", g)
 		}
 	}
-	o := &op{kind: opLoad, ctx: ctx, gates: gates}
-	err := s.do(o)
-	return o.snaps, err
+	if s.closed.Load() {
+		return nil, session.ErrUnavailable
+	}
+	settings, err := s.allSettings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all := append([]string(nil), gates...)
+	for name := range settings {
+		if !slices.Contains(all, name) {
+			all = append(all, name) // a gate added at runtime
+		}
+	}
+	o := &op{kind: opLoad, ctx: ctx, gates: all}
+	if err := s.do(o); err != nil {
+		return o.snaps, err
+	}
+	for name, c := range settings {
+		snap := o.snaps[name]
+		snap.Settings = &c
+		o.snaps[name] = snap
+	}
+	return o.snaps, nil
 }
 
 // Join runs session.DecideJoin for id in gate cfg.Name at now, and returns
@@ -488,7 +512,7 @@ func (s *Store) Purge(ctx context.Context, cfg session.GateConfig, ids []string,
 			return rep, session.Errorf(session.CodeInvalidArgument, "postgres: purge: invalid session id %q", id)
 		}
 	}
-	for len(ids) > 0 {
+	for first := true; first || len(ids) > 0; first = false {
 		n := min(len(ids), s.chunk)
 		o := &op{kind: opPurge, ctx: ctx, cfg: cfg, now: normTime(now), ids: ids[:n]}
 		if err := s.do(o); err != nil {

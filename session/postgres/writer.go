@@ -125,6 +125,7 @@ func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, erro
 type gateTx struct {
 	name   string
 	c      session.Counters
+	pace   session.Pace // the instance's pacing of the gate; kept when the transaction commits
 	seq    int64
 	save   bool // counters changed
 	report bool // rows changed: a new seq, an outbox row, a notification
@@ -277,6 +278,7 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 				rows.Close()
 				return lc, err
 			}
+			g.pace = s.pace[g.name]
 			b.gates[g.name] = g
 		}
 		rows.Close()
@@ -314,6 +316,9 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return lc, fmt.Errorf("commit: %w", err)
+	}
+	for name, g := range b.gates {
+		s.pace[name] = g.pace
 	}
 	return lc, nil
 }
@@ -577,7 +582,11 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		if e.live {
 			existing = &e.s
 		}
-		out := session.DecideJoin(o.cfg, g.c, existing, o.id, o.now)
+		out, err := session.DecideJoin(o.cfg, g.c, g.pace, existing, o.id, o.now)
+		if err != nil {
+			return err // gate_closed: nothing written
+		}
+		g.pace = out.Pace
 		b.write(g, e, out)
 		switch {
 		case out.Session.Status == session.StatusActive && out.Action == session.ActionInsert:
@@ -641,10 +650,18 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 // promote promotes the first n waiters of the gate, in position order: the
 // database's waiters merged with the transaction's copies, which override
 // them.
-func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.GateConfig, n int64, now time.Time) (int64, error) {
+func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.GateConfig, n int64, now time.Time) (done int64, err error) {
+	// Pacing (session.Pace) admits no more than its tokens allow; what was
+	// promoted is taken from them.
+	n = min(n, g.pace.Available(cfg, now))
 	if n <= 0 {
 		return 0, nil
 	}
+	defer func() {
+		if err == nil && done > 0 {
+			_, g.pace = g.pace.Allow(cfg, done, now)
+		}
+	}()
 	limit := n + int64(len(b.rows))
 	rows, err := b.tx.Query(ctx, sqlWaiters, g.name, s.lb[g.name], limit)
 	if err != nil {
@@ -680,7 +697,7 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.Ga
 			}
 		}
 	}
-	var done int64
+
 	for _, e := range cands {
 		if done == n {
 			break
@@ -752,7 +769,7 @@ func (s *Store) applyPurge(ctx context.Context, b *batch, o *op) error {
 			b.event(g, session.EventDequeued, row)
 		}
 	}
-	n, err := s.promote(ctx, b, g, o.cfg, session.PromotionCount(o.cfg.ActiveLimit, g.c), o.now)
+	n, err := s.promote(ctx, b, g, o.cfg, session.Promotions(o.cfg, g.c), o.now)
 	if err != nil {
 		return err
 	}
@@ -822,7 +839,7 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 		}
 		st.phase = 2
 	}
-	want := session.PromotionCount(o.cfg.ActiveLimit, g.c)
+	want := session.Promotions(o.cfg, g.c)
 	n, err := s.promote(ctx, b, g, o.cfg, min(want, budget), o.now)
 	if err != nil {
 		return err
