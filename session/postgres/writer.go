@@ -388,7 +388,12 @@ func (b *batch) write(g *gateTx, e *entry, out session.Outcome) {
 }
 
 func (b *batch) event(g *gateTx, kind session.EventKind, s session.Session) {
-	ev := session.Event{Kind: kind, Session: s}
+	b.eventWhy(g, kind, s, session.NotStale)
+}
+
+// eventWhy records an event with the reason a session left (Event.Reason).
+func (b *batch) eventWhy(g *gateTx, kind session.EventKind, s session.Session, why session.PurgeReason) {
+	ev := session.Event{Kind: kind, Session: s, Reason: why}
 	b.events = append(b.events, ev)
 	g.events = append(g.events, ev)
 }
@@ -465,6 +470,8 @@ type wireEvent struct {
 	CreatedAt  int64             `json:"c"`
 	// Claim is the claim deadline of a promoted, unclaimed session.
 	Claim int64 `json:"d,omitempty"`
+	// Reason is why a session left (session.PurgeReason).
+	Reason session.PurgeReason `json:"r,omitempty"`
 }
 
 type wireState struct {
@@ -478,7 +485,7 @@ type wireState struct {
 func toWire(evs []session.Event, st session.GateState) payload {
 	p := payload{State: wireState{Next: st.NextPosition, Active: st.Active, Waiting: st.Waiting, First: st.FirstWaitingPosition, Last: st.LastWaitingPosition}}
 	for _, ev := range evs {
-		w := wireEvent{Kind: ev.Kind, ID: ev.Session.ID, Position: ev.Session.Position, Active: ev.Session.Status == session.StatusActive, CreatedAt: ev.Session.CreatedAt.UnixNano()}
+		w := wireEvent{Kind: ev.Kind, ID: ev.Session.ID, Position: ev.Session.Position, Active: ev.Session.Status == session.StatusActive, CreatedAt: ev.Session.CreatedAt.UnixNano(), Reason: ev.Reason}
 		if !ev.Session.LastActive.IsZero() {
 			w.LastActive = ev.Session.LastActive.UnixNano()
 		}
@@ -507,7 +514,7 @@ func (p payload) commit(gate string) session.Commit {
 		if w.Claim != 0 {
 			s.ClaimDeadline = time.Unix(0, w.Claim)
 		}
-		c.Events = append(c.Events, session.Event{Kind: w.Kind, Session: s})
+		c.Events = append(c.Events, session.Event{Kind: w.Kind, Session: s, Reason: w.Reason})
 	}
 	return c
 }
@@ -625,9 +632,9 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		out := session.DecideRelease(o.cfg, g.c, &existing)
 		b.write(g, e, out)
 		if existing.Status == session.StatusActive {
-			b.event(g, session.EventDeactivated, existing)
+			b.eventWhy(g, session.EventDeactivated, existing, session.Released)
 		} else {
-			b.event(g, session.EventDequeued, existing)
+			b.eventWhy(g, session.EventDequeued, existing, session.Released)
 		}
 		if _, err := s.promote(ctx, b, g, o.cfg, out.Promote, o.now); err != nil {
 			return err
@@ -761,12 +768,13 @@ func (s *Store) applyPurge(ctx context.Context, b *batch, o *op) error {
 		}
 		row := e.s
 		b.write(g, e, session.DecidePurge(row))
+		why := session.StaleReason(o.cfg, row, o.now)
 		if row.Status == session.StatusActive {
 			step.purgedActive++
-			b.event(g, session.EventDeactivated, row)
+			b.eventWhy(g, session.EventDeactivated, row, why)
 		} else {
 			step.purgedWaiting++
-			b.event(g, session.EventDequeued, row)
+			b.eventWhy(g, session.EventDequeued, row, why)
 		}
 	}
 	n, err := s.promote(ctx, b, g, o.cfg, session.Promotions(o.cfg, g.c), o.now)
@@ -816,7 +824,7 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 		}
 		n := int64(len(got))
 		for _, r := range got {
-			b.event(g, session.EventDequeued, r)
+			b.eventWhy(g, session.EventDequeued, r, session.StaleReason(o.cfg, r, o.now))
 		}
 		st.purgedWaiting = n
 		if budget -= n; budget == 0 {
@@ -831,7 +839,7 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 		}
 		n := int64(len(got))
 		for _, r := range got {
-			b.event(g, session.EventDeactivated, r)
+			b.eventWhy(g, session.EventDeactivated, r, session.StaleReason(o.cfg, r, o.now))
 		}
 		st.purgedActive = n
 		if budget -= n; budget == 0 {
