@@ -127,6 +127,8 @@ type gate struct {
 	subsMu sync.Mutex // held during a fan-out
 	subs   []*subscriber
 
+	encoded atomic.Uint64 // global messages encoded for this gate (Broadcasts)
+
 	sessMu   sync.Mutex // never held long: PublishSession takes it
 	sessions map[string][]*subscriber
 }
@@ -148,6 +150,7 @@ type subscriber struct {
 	gate   *gate
 	id     string // session id, "" when none
 	client string // Subscription.Client, for MaxConnectionsPerClient
+	closed func() // Subscription.Closed
 	idx    int    // index in gate.subs, guarded by gate.subsMu
 
 	global atomic.Pointer[frame]               // newest global not yet written
@@ -293,6 +296,19 @@ func (h *Hub) Stats() Stats {
 	}
 }
 
+// Broadcasts returns, for every gate the hub knows, how many global
+// messages it encoded for that gate (Stats.GlobalsEncoded, split by gate):
+// each is one broadcast to all of the gate's sockets. It never fails.
+func (h *Hub) Broadcasts() map[string]uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]uint64, len(h.gates))
+	for name, g := range h.gates {
+		out[name] = g.encoded.Load()
+	}
+	return out
+}
+
 // Close closes every socket with StatusGoingAway, stops the hub's
 // goroutines and their timers, and waits until every Serve has returned
 // (each close handshake is bounded by the library's 5 s timeouts). Later
@@ -429,12 +445,13 @@ func encodeSession(v *session.SessionView) []byte {
 func (h *Hub) encodeLatest(g *gate) *frame {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.hasLatest || (g.sentFrame != nil && g.latest == g.sentView) {
+	if !g.hasLatest || (g.sentFrame != nil && g.latest.Equal(g.sentView)) {
 		return nil
 	}
 	f := newFrame(encodeGlobal(g.latest))
 	g.sentView, g.sentFrame = g.latest, f
 	h.globalsEncoded.Add(1)
+	g.encoded.Add(1)
 	return f
 }
 
@@ -484,7 +501,7 @@ func (h *Hub) register(sub Subscription, l link, c *websocket.Conn, out *sockOut
 	if g == nil {
 		return nil
 	}
-	s := &subscriber{gate: g, id: strings.Clone(sub.SessionID), client: strings.Clone(sub.Client), link: l, conn: c}
+	s := &subscriber{gate: g, id: strings.Clone(sub.SessionID), client: strings.Clone(sub.Client), closed: sub.Closed, link: l, conn: c}
 	s.nextPing = time.Now().Add(h.opts.PingInterval).UnixNano()
 	if out != nil {
 		out.s.Store(s)
@@ -509,7 +526,7 @@ func (h *Hub) register(sub Subscription, l link, c *websocket.Conn, out *sockOut
 	var f *frame
 	g.mu.Lock()
 	switch {
-	case g.hasLatest && g.sentFrame != nil && g.latest == g.sentView:
+	case g.hasLatest && g.sentFrame != nil && g.latest.Equal(g.sentView):
 		f = g.sentFrame
 	case g.hasLatest:
 		f = newFrame(encodeGlobal(g.latest))

@@ -390,3 +390,20 @@ func TestNaNRateIsSentAsZeroOnce(t *testing.T) {
 	assert.Zero(t, m.AdmittedPerMinute)
 	require.Never(t, func() bool { return h.Stats().GlobalsEncoded != 1 }, 50*time.Millisecond, 5*time.Millisecond)
 }
+
+// Broadcasts splits the encoded global messages by gate: one per change
+// that went out, none for a repeat.
+func TestBroadcastsPerGate(t *testing.T) {
+	h := newHub(t, Options{Interval: time.Millisecond})
+	assert.Empty(t, h.Broadcasts())
+	h.PublishGlobal(view("a", 1))
+	require.Eventually(t, func() bool { return h.Broadcasts()["a"] == 1 }, 5*time.Second, time.Millisecond)
+	h.PublishGlobal(view("a", 1)) // no change: no broadcast
+	h.PublishGlobal(view("b", 1))
+	require.Eventually(t, func() bool { return h.Broadcasts()["b"] == 1 }, 5*time.Second, time.Millisecond)
+	h.PublishGlobal(view("a", 2))
+	require.Eventually(t, func() bool { return h.Broadcasts()["a"] == 2 }, 5*time.Second, time.Millisecond)
+	got := h.Broadcasts()
+	assert.Equal(t, map[string]uint64{"a": 2, "b": 1}, got)
+	assert.EqualValues(t, got["a"]+got["b"], h.Stats().GlobalsEncoded)
+}

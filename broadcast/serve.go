@@ -45,6 +45,10 @@ type Subscription struct {
 	// the caller's read of Session and the registration would be missed.
 	// It must not block for long nor call back into the hub.
 	CurrentSession func() *session.SessionView
+	// Closed, when not nil, is called exactly once per Serve or Handoff:
+	// when the socket has ended, or when it could not be served at all. The
+	// gate uses it to end the session's presence.
+	Closed func()
 }
 
 // Serve upgrades the request to a websocket for sub, sends the initial
@@ -103,7 +107,14 @@ func (h *Hub) Handoff(w http.ResponseWriter, r *http.Request, sub Subscription) 
 // serve must follow; otherwise nil and why (the response has been written).
 // Nothing of r or sub outlives it but copies of the gate name, the session
 // id and the client.
-func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (*subscriber, error) {
+func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (s *subscriber, err error) {
+	if sub.Closed != nil {
+		defer func() {
+			if s == nil {
+				sub.Closed() // not served: serve will not call it
+			}
+		}()
+	}
 	if !session.ValidGateName(sub.Gate) {
 		wire.WriteError(w, r, session.CodeInvalidArgument, "invalid gate")
 		return nil, session.Errorf(session.CodeInvalidArgument, "broadcast: gate %q is not a valid gate name", sub.Gate)
@@ -157,7 +168,7 @@ func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (
 	}
 	c.SetReadLimit(h.opts.ReadLimit)
 
-	s := h.register(sub, out.link, c, out)
+	s = h.register(sub, out.link, c, out)
 	if s == nil {
 		_ = c.Close(websocket.StatusGoingAway, reasonShutdown)
 		return nil, nil
@@ -172,6 +183,9 @@ func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (
 // see Serve for what it returns. This is the socket's only goroutine.
 func (h *Hub) serve(s *subscriber) (err error) {
 	defer h.wg.Done()
+	if s.closed != nil {
+		defer s.closed()
+	}
 	defer h.unregister(s)
 	defer h.conns.Add(-1) // before unregister: Stats.Subscribers never undercounts open sockets
 	defer h.leaveClient(s.client)

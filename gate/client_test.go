@@ -145,14 +145,18 @@ func TestTicketsStandInForTheTokenInURLs(t *testing.T) {
 	requireError(t, do(t, newClient(t), http.MethodPost, h.url+base+"/api/ticket", "application/json", `{"purpose":"admin"}`, bearer...),
 		http.StatusBadRequest, "invalid_argument")
 
-	// The beacon's leave ticket marks the departure: gone for longer than
-	// waiting_timeout, the waiter is purged.
+	// The tab closes: its socket ends (while open, it was the waiter's sign
+	// of life) and the beacon's leave ticket marks the departure; gone for
+	// longer than waiting_timeout, the waiter is purged.
+	require.NoError(t, conn.Close(websocket.StatusNormalClosure, "bye"))
 	r := do(t, newClient(t), http.MethodPost, h.url+base+"/api/leave?gate=default&ticket="+leaveTicket, "text/plain;charset=UTF-8", "")
 	require.Equal(t, http.StatusNoContent, r.status, r.raw)
-	h.clock.Advance(time.Minute + time.Second)
-	_, err := h.waitlist.Update(context.Background())
-	require.NoError(t, err)
-	requireError(t, do(t, newClient(t), http.MethodGet, h.url+base+"/api/status", "", "", bearer...), http.StatusNotFound, "session_not_found")
+	require.Eventually(t, func() bool {
+		h.clock.Advance(time.Minute + time.Second)
+		_, err := h.waitlist.Update(context.Background())
+		require.NoError(t, err)
+		return do(t, newClient(t), http.MethodGet, h.url+base+"/api/status", "", "", bearer...).status == http.StatusNotFound
+	}, 10*time.Second, 20*time.Millisecond, "purged once its socket closed")
 }
 
 // Tokens slide: status re-issues a token that used half its life, one

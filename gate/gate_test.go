@@ -243,7 +243,7 @@ func TestGlobal(t *testing.T) {
 	r := do(t, newClient(t), http.MethodGet, h.url+base+"/api/global?gate=default", "", "")
 	require.Equal(t, http.StatusOK, r.status)
 	assert.Equal(t, map[string]any{"gate": "default", "firstWaitingPosition": 2.0, "lastWaitingPosition": 2.0,
-		"waiting": 1.0, "active": 1.0, "limit": 1.0, "admittedPerMinute": 0.0}, r.body)
+		"waiting": 1.0, "active": 1.0, "limit": 1.0, "admittedPerMinute": 0.0, "buckets": []any{0.0, 1.0}}, r.body)
 	requireError(t, do(t, newClient(t), http.MethodGet, h.url+base+"/api/global?gate=nope", "", ""), http.StatusNotFound, "unknown_gate")
 }
 
@@ -264,12 +264,12 @@ func TestLeaveAcceptsBeaconsAndKeepsThePlaceOfAReturningWaiter(t *testing.T) {
 	requireError(t, do(t, waiter, http.MethodPost, h.url+base+"/api/leave?gate=nope", "", ""), http.StatusNotFound, "unknown_gate")
 	requireError(t, do(t, waiter, http.MethodPost, h.url+base+"/api/leave", "text/plain", strings.Repeat("x", 1<<20)), http.StatusRequestEntityTooLarge, "body_too_large")
 
-	// Back within waiting_timeout: same place, and the mark is cleared so
-	// that the next update keeps it.
+	// Back within waiting_timeout: same place, and the join is a sign of
+	// life, so the next update keeps it for waiting_timeout from there.
 	h.clock.Advance(30 * time.Second)
 	again := h.join(t, waiter)
 	assert.Equal(t, v.body["position"], again.body["position"])
-	h.clock.Advance(2 * time.Minute)
+	h.clock.Advance(50 * time.Second)
 	_, err := h.waitlist.Update(context.Background())
 	require.NoError(t, err)
 	r = do(t, waiter, http.MethodGet, h.url+base+"/api/status", "", "")
@@ -317,15 +317,19 @@ func TestCheckForwardAuth(t *testing.T) {
 
 	// check refreshes last_active: an active session checked every few
 	// minutes outlives active_timeout.
+	// The waiter polls the check too: a request naming it is its sign of
+	// life, which keeps its place.
 	for range 3 {
 		h.clock.Advance(4 * time.Minute)
 		require.Equal(t, http.StatusOK, do(t, active, http.MethodGet, h.url+base+"/check", "", "").status)
+		requireError(t, do(t, waiter, http.MethodGet, h.url+base+"/check", "", ""), http.StatusForbidden, "session_not_active")
 		_, err := h.waitlist.Update(context.Background())
 		require.NoError(t, err)
 	}
 	assert.Equal(t, http.StatusOK, do(t, active, http.MethodGet, h.url+base+"/check", "", "").status)
 	// Unchecked for longer than active_timeout: purged, and the waiter is in.
 	h.clock.Advance(6 * time.Minute)
+	requireError(t, do(t, waiter, http.MethodGet, h.url+base+"/check", "", ""), http.StatusForbidden, "session_not_active")
 	_, err := h.waitlist.Update(context.Background())
 	require.NoError(t, err)
 	requireError(t, do(t, active, http.MethodGet, h.url+base+"/check", "", ""), http.StatusUnauthorized, "no_session")

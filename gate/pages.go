@@ -3,6 +3,7 @@ package gate
 import (
 	"bytes"
 	"errors"
+	"html/template"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -24,11 +25,18 @@ func (s *Server) snippet(c echo.Context) error {
 	return c.Blob(http.StatusOK, "text/javascript; charset=utf-8", static.Snippet())
 }
 
-// waitingPage serves the waiting page for ?gate= (or the default gate).
+// waitingPage serves the waiting page for ?gate= (or the default gate). A
+// gate in reject mode shows the closed page (503) to everyone but its
+// existing sessions, which keep their place.
 func (s *Server) waitingPage(c echo.Context) error {
-	gate := s.gateOf(c.Request(), "")
-	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
+	r := c.Request()
+	gate := s.gateOf(r, "")
+	cfg, err := s.opts.Waitlist.GateConfig(gate)
+	if err != nil {
 		return err
+	}
+	if cfg.Mode == session.ModeReject && !s.hasSession(r, gate) {
+		return s.renderClosedPage(c, gate)
 	}
 	next := c.QueryParam("next")
 	if !wire.LocalPath(next) {
@@ -47,6 +55,41 @@ func (s *Server) renderWaitingPage(c echo.Context, gate, next string) error {
 		return err
 	}
 	return htmlPage(c, buf.Bytes())
+}
+
+// hasSession reports whether the request carries a session the gate holds.
+func (s *Server) hasSession(r *http.Request, gate string) bool {
+	id, ok := s.sessionID(r)
+	if !ok {
+		return false
+	}
+	_, err := s.opts.Waitlist.Status(r.Context(), gate, id)
+	return err == nil
+}
+
+// closedTmpl is the page of a gate in reject mode.
+var closedTmpl = template.Must(template.New("closed").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Closed</title>
+<style nonce="{{.Nonce}}">body{font:16px/1.5 system-ui,sans-serif;display:grid;place-items:center;min-height:90vh;margin:0;color:#222}main{max-width:28rem;padding:2rem;text-align:center}</style>
+</head><body><main data-anteroom-gate="{{.Gate}}" data-anteroom-status="gate_closed">
+<h1>This page is closed for now</h1>
+<p>Nobody new can get in at the moment. Please come back later.</p>
+</main></body></html>
+`))
+
+// renderClosedPage answers 503 gate_closed as a page: the gate is in reject
+// mode.
+func (s *Server) renderClosedPage(c echo.Context, gate string) error {
+	var buf bytes.Buffer
+	nonce := contentSecurityPolicy(c)
+	if err := closedTmpl.Execute(&buf, struct{ Gate, Nonce string }{gate, nonce}); err != nil {
+		return err
+	}
+	h := c.Response().Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("Retry-After", closedRetryAfter)
+	return c.HTMLBlob(http.StatusServiceUnavailable, buf.Bytes())
 }
 
 func (s *Server) demoPage(c echo.Context) error {

@@ -172,6 +172,9 @@ func (s *Server) serveProxy(c echo.Context) error {
 	} else {
 		err = s.joinFromPage(c, gate, &id, &view, true)
 	}
+	if errors.Is(err, session.ErrGateClosed) && guard.WantsPage(r) {
+		return s.renderClosedPage(c, gate)
+	}
 	if err != nil {
 		return err
 	}
@@ -179,7 +182,7 @@ func (s *Server) serveProxy(c echo.Context) error {
 		s.forward(c, gate, id)
 		return nil
 	}
-	setRetryAfter(c, view)
+	s.setRetryAfter(c, view)
 	// The same rule as the Go middleware tells a browser from an API client.
 	if guard.WantsPage(r) {
 		return s.renderWaitingPage(c, gate, "")

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -81,6 +82,26 @@ type Options struct {
 	Ready func() error
 	// MaxBodyBytes bounds request bodies; larger ones get 413. Default 4 KiB.
 	MaxBodyBytes int64
+	// Metrics, when set, is served at {base}/metrics (the Prometheus
+	// handler of package gate/metrics). Nil: that route answers 404.
+	Metrics http.Handler
+	// AdminToken turns on the admin API under {base}/admin/api/ (admin.go),
+	// authorised by "Authorization: Bearer <AdminToken>"; at least
+	// MinAdminTokenLength characters. It also protects {base}/metrics. Empty:
+	// every admin path answers 404 and /metrics is open.
+	AdminToken string
+	// AdminRateLimit bounds admin requests per client, checked before the
+	// token. Default: 10 a second, bursts of 30.
+	AdminRateLimit RateLimitOptions
+	// AccessLog logs one line per request to Logger at info level: method,
+	// path (never the query string, which may carry a token), status,
+	// latency, gate and an anonymised session (see AccessLogKey).
+	AccessLog bool
+	// AccessLogKey keys the hash that names a session in the access log:
+	// the first 8 bytes of HMAC-SHA256(key, session id), in hex, so that one
+	// session's requests can be followed without its id or token appearing.
+	// Default: a random key per Server.
+	AccessLogKey []byte
 	Logger       *slog.Logger
 }
 
@@ -95,6 +116,8 @@ type Server struct {
 	// limit is the per-IP rate limit of the client API (nil when off); a
 	// proxied page that creates a session spends from it too (allowJoin).
 	limit echo.MiddlewareFunc
+	// adminToken is the digest of Options.AdminToken; nil when off.
+	adminToken *[sha256.Size]byte
 }
 
 // New builds the Server and its routes. It returns an error when a required
@@ -128,6 +151,13 @@ func New(opts Options) (*Server, error) {
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	e.IPExtractor = clientIP(opts.TrustedProxies)
+	if opts.AccessLog {
+		mw, err := s.accessLog(opts.AccessLogKey)
+		if err != nil {
+			return nil, err
+		}
+		e.Use(mw)
+	}
 	e.Use(middleware.Recover())
 	e.Use(securityHeaders(opts.BasePath + "/check"))
 	s.echo = e
@@ -154,9 +184,15 @@ func New(opts Options) (*Server, error) {
 	e.GET(b+"/ws", s.socket, limited[1:]...)
 	e.Match(getHead, b+"/check", s.check)
 	e.Match(getHead, b+"/anteroom.js", s.snippet)
+	if opts.Metrics != nil {
+		e.Match(getHead, b+"/metrics", s.metrics, noStore)
+	}
 	e.Match(getHead, b+"/", s.waitingPage)
 	e.Match(getHead, b, s.waitingPage)
 
+	if err := s.adminRoutes(e); err != nil {
+		return nil, err
+	}
 	for _, k := range opts.APIKeys {
 		if len(k) < minAPIKeyLength {
 			return nil, fmt.Errorf("gate: API keys must be at least %d characters", minAPIKeyLength)
@@ -182,12 +218,22 @@ func New(opts Options) (*Server, error) {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
 
+// closedRetryAfter is the Retry-After of a gate_closed answer, in seconds.
+const closedRetryAfter = "60"
+
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
 	d := errorDetail(err)
-	if wire.Status(d.Code) >= 500 {
+	switch {
+	case d.Code == session.CodeGateClosed:
+		// An answer, not a failure: a closed gate refuses every newcomer,
+		// and must not flood the log. Clients come back later.
+		if c.Response().Header().Get("Retry-After") == "" {
+			c.Response().Header().Set("Retry-After", closedRetryAfter)
+		}
+	case wire.Status(d.Code) >= 500:
 		s.log.Error("anteroom: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
 	wire.WriteError(c.Response(), c.Request(), d.Code, d.Message)
@@ -354,6 +400,7 @@ func (s *Server) join(c echo.Context) error {
 			id = token.NewID()
 		}
 	}
+	s.note(c, gate, id)
 	view, err := s.opts.Waitlist.Join(r.Context(), gate, id)
 	if err != nil {
 		return err
@@ -366,7 +413,7 @@ func (s *Server) join(c echo.Context) error {
 		s.setCookie(c, tok)
 	}
 	if view.Status == session.StatusWaiting {
-		setRetryAfter(c, view)
+		s.setRetryAfter(c, view)
 	}
 	return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
 }
@@ -435,6 +482,7 @@ func (s *Server) leaveOrRelease(c echo.Context, purpose string, op func(ctx cont
 		id, ok = s.sessionID(r)
 	}
 	if ok {
+		s.note(c, gate, id)
 		if err := op(r.Context(), gate, id); err != nil {
 			return err
 		}
@@ -465,7 +513,7 @@ func (s *Server) status(c echo.Context) error {
 		return err
 	}
 	if view.Status == session.StatusWaiting {
-		setRetryAfter(c, view)
+		s.setRetryAfter(c, view)
 	}
 	if claims.Renew { // sliding expiry, key rotation, first-format tokens
 		tok, err := s.opts.Signer.Sign(claims.ID)
@@ -514,7 +562,7 @@ func (s *Server) check(c echo.Context) error {
 	case view.Status == session.StatusActive: // promoted between the two reads
 		return admitted(c, id)
 	}
-	setRetryAfter(c, view)
+	s.setRetryAfter(c, view)
 	return apiError(session.CodeNotActive, "waiting in line")
 }
 
@@ -525,9 +573,26 @@ func admitted(c echo.Context, id string) error {
 	return c.NoContent(http.StatusOK)
 }
 
-// setRetryAfter tells a waiting client when to ask again (guard.RetryAfter).
-func setRetryAfter(c echo.Context, v session.SessionView) {
-	c.Response().Header().Set("Retry-After", strconv.Itoa(int(guard.RetryAfter(v)/time.Second)))
+// setRetryAfter tells a waiting client when to ask again: guard.RetryAfter,
+// capped by retryAfterCap of the gate's claim timeout and of its waiting
+// timeout (a client that polls as told keeps its place).
+func (s *Server) setRetryAfter(c echo.Context, v session.SessionView) {
+	d := guard.RetryAfter(v)
+	if cfg, err := s.opts.Waitlist.GateConfig(v.Gate); err == nil {
+		d = min(d, retryAfterCap(cfg.ClaimTimeout), retryAfterCap(cfg.WaitingTimeout))
+	}
+	c.Response().Header().Set("Retry-After", strconv.Itoa(int(d/time.Second)))
+}
+
+// retryAfterCap is the longest Retry-After a waiter is told with a timeout
+// of the gate: a quarter of it in whole seconds, at least one second, so
+// that a client polling without a socket asks (and so claims, and shows a
+// sign of life) a few times within it. A timeout of 0 (off): no cap.
+func retryAfterCap(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return math.MaxInt64
+	}
+	return max(time.Second, (timeout / 4).Truncate(time.Second))
 }
 
 func (s *Server) socket(c echo.Context) error {
@@ -546,7 +611,14 @@ func (s *Server) socket(c echo.Context) error {
 		id, ok = s.sessionID(r)
 	}
 	if ok {
+		s.note(c, gate, id)
 		sub.SessionID = id
+		// An open socket is the session's sign of life until it closes.
+		disconnect, err := s.opts.Waitlist.Connect(gate, id)
+		if err != nil {
+			return err
+		}
+		sub.Closed = disconnect
 		// Read the session after the socket is registered, so that a
 		// promotion committed in between is not missed.
 		// The closure must not hold the request: the hub may keep it as long
@@ -567,6 +639,32 @@ func (s *Server) socket(c echo.Context) error {
 		s.log.Debug("anteroom: websocket ended", "gate", gate, "err", err)
 	}
 	return nil
+}
+
+// metrics serves Options.Metrics to the holder of the admin token, when
+// one is set.
+func (s *Server) metrics(c echo.Context) error {
+	if !s.admin(c.Request()) {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="anteroom"`)
+		return apiError(wire.CodeAdminTokenRequired, "want Authorization: Bearer <admin_token>")
+	}
+	s.opts.Metrics.ServeHTTP(c.Response(), c.Request())
+	return nil
+}
+
+// admin reports whether r may use the operator routes: no admin token is
+// set, or r carries it as Bearer (compared in constant time, as hashes so
+// that the length leaks nothing either).
+func (s *Server) admin(r *http.Request) bool {
+	if s.adminToken == nil {
+		return true
+	}
+	got := wire.BearerToken(r.Header)
+	if got == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(sum[:], s.adminToken[:]) == 1
 }
 
 func (s *Server) healthz(c echo.Context) error {

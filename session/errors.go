@@ -16,6 +16,9 @@ const (
 	CodeNotFound        Code = "session_not_found"  // no such session (never joined, purged or released)
 	CodeNotActive       Code = "session_not_active" // the session exists but is waiting
 	CodeUnavailable     Code = "unavailable"        // the service is closed or the store cannot be reached
+	CodeGateClosed      Code = "gate_closed"        // the gate is in reject mode: no new session gets in
+	CodeGateExists      Code = "gate_exists"        // a gate of that name is already configured
+	CodeGateInUse       Code = "gate_in_use"        // the gate has sessions and is not in reject mode
 	CodeInternal        Code = "internal"           // anything else; a bug or a storage failure
 )
 
@@ -53,6 +56,7 @@ var (
 	ErrNotFound        = &Error{Code: CodeNotFound, Message: "no such session"}
 	ErrNotActive       = &Error{Code: CodeNotActive, Message: "session is not active"}
 	ErrUnavailable     = &Error{Code: CodeUnavailable, Message: "service unavailable"}
+	ErrGateClosed      = &Error{Code: CodeGateClosed, Message: "the gate is closed to new sessions"}
 	ErrInternal        = &Error{Code: CodeInternal, Message: "internal error"}
 )
 

@@ -1,6 +1,9 @@
 package session
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // The rules of the waiting line, as pure functions. A Store calls them inside
 // its transaction with the rows and counters it read there, then writes what
@@ -34,8 +37,12 @@ type Outcome struct {
 	// Delta is added to the gate's counters in the same transaction.
 	Delta Counters
 	// Promote is how many waiters, in position order, must be promoted (with
-	// Promote) in the same transaction after this outcome is applied.
+	// Promote) in the same transaction after this outcome is applied; the
+	// Store admits no more of them than the gate's Pace allows (Pace.Allow).
 	Promote int64
+	// Pace is the gate's pacing after this outcome (DecideJoin only): the
+	// Store keeps it for the next decision.
+	Pace Pace
 }
 
 // Add returns c with every field of d added.
@@ -47,41 +54,47 @@ func (c Counters) Add(d Counters) Counters {
 	}
 }
 
-// DecideJoin decides join(session): a returning waiter's departure mark is
-// cleared; an active session is refreshed; a new session takes the next
-// position and is active only when a slot is free and nobody is waiting (no
-// queue jumping), else it waits. existing is nil when the session has no row.
-func DecideJoin(cfg GateConfig, c Counters, existing *Session, id string, now time.Time) Outcome {
+// DecideJoin decides join(session), which is a sign of life: a waiter's
+// last sign of life becomes now (it keeps its place); an active session is
+// refreshed and, when promoted and unclaimed, claims its slot. A new session
+// takes the next position and is active only when the gate's mode admits
+// (ModeOpen), a slot is free, nobody is waiting (no queue jumping) and the
+// pacing p has a token at now; else it waits. In ModeReject a new session is
+// refused with an ErrGateClosed error (existing ones are treated as above).
+// existing is nil when the session has no row. Outcome.Pace is the pacing
+// after the decision, which the Store keeps.
+func DecideJoin(cfg GateConfig, c Counters, p Pace, existing *Session, id string, now time.Time) (Outcome, error) {
 	if existing != nil {
 		s := *existing
-		switch s.Status {
-		case StatusWaiting:
-			if s.LastActive.IsZero() {
-				return Outcome{Action: ActionNone, Session: s}
-			}
-			s.LastActive = time.Time{}
-		case StatusActive:
-			s.LastActive = now
-		}
-		return Outcome{Action: ActionUpdate, Session: s}
-	}
-	s := Session{Gate: cfg.Name, ID: id, Position: c.NextPosition, CreatedAt: now}
-	delta := Counters{NextPosition: 1}
-	if c.Active < cfg.ActiveLimit && c.Waiting == 0 {
-		s.Status = StatusActive
 		s.LastActive = now
+		s.ClaimDeadline = time.Time{}
+		return Outcome{Action: ActionUpdate, Session: s, Pace: p}, nil
+	}
+	if cfg.Mode == ModeReject {
+		return Outcome{Action: ActionNone, Pace: p}, Errorf(CodeGateClosed, "gate %q is closed to new sessions", cfg.Name)
+	}
+	s := Session{Gate: cfg.Name, ID: id, Position: c.NextPosition, CreatedAt: now, LastActive: now}
+	delta := Counters{NextPosition: 1}
+	admit := cfg.Mode.Admits() && c.Active < cfg.ActiveLimit && c.Waiting == 0
+	if admit {
+		var granted int64
+		granted, p = p.Allow(cfg, 1, now)
+		admit = granted == 1
+	}
+	if admit {
+		s.Status = StatusActive
 		delta.Active = 1
 	} else {
 		s.Status = StatusWaiting
 		delta.Waiting = 1
 	}
-	return Outcome{Action: ActionInsert, Session: s, Delta: delta}
+	return Outcome{Action: ActionInsert, Session: s, Delta: delta, Pace: p}, nil
 }
 
-// DecideLeave decides leave(session): a waiting session gets its departure
-// mark (LastActive = now) and is purged after the waiting timeout unless it
-// joins again; an active session is only refreshed. An absent session is left
-// alone, so leave is idempotent.
+// DecideLeave decides leave(session), a departure: the session's last sign
+// of life becomes now, so a waiter is purged WaitingTimeout later unless it
+// shows another; an active session is only refreshed (leaving does not claim
+// a promoted slot). An absent session is left alone, so leave is idempotent.
 func DecideLeave(existing *Session, now time.Time) Outcome {
 	if existing == nil {
 		return Outcome{Action: ActionNone}
@@ -100,7 +113,7 @@ func DecideRelease(cfg GateConfig, c Counters, existing *Session) Outcome {
 	}
 	o := DecidePurge(*existing)
 	if existing.Status == StatusActive {
-		o.Promote = PromotionCount(cfg.ActiveLimit, c.Add(o.Delta))
+		o.Promote = Promotions(cfg, c.Add(o.Delta))
 	}
 	return o
 }
@@ -119,12 +132,41 @@ func DecidePurge(s Session) Outcome {
 	return o
 }
 
-// Promote decides the promotion of one waiting session to active.
-func Promote(waiting Session, now time.Time) Outcome {
+// Promote decides the promotion of one waiting session to active. With a
+// claim timeout the promoted session is unclaimed until its first sign of
+// life, and is purged at its ClaimDeadline without one.
+func Promote(cfg GateConfig, waiting Session, now time.Time) Outcome {
 	s := waiting
 	s.Status = StatusActive
 	s.LastActive = now
+	s.ClaimDeadline = time.Time{}
+	if cfg.ClaimTimeout > 0 {
+		s.ClaimDeadline = now.Add(cfg.ClaimTimeout)
+	}
 	return Outcome{Action: ActionUpdate, Session: s, Delta: Counters{Active: 1, Waiting: -1}}
+}
+
+// DecideTouch decides a coalesced sign of life t for a stored session: its
+// LastActive moves forward to t's (never back), and t.Claim claims a
+// promoted slot. An absent session is left alone.
+func DecideTouch(existing *Session, t Touch) Outcome {
+	if existing == nil {
+		return Outcome{Action: ActionNone}
+	}
+	s := *existing
+	changed := false
+	if t.LastActive.After(s.LastActive) {
+		s.LastActive = t.LastActive
+		changed = true
+	}
+	if t.Claim && !s.ClaimDeadline.IsZero() && s.Status == StatusActive {
+		s.ClaimDeadline = time.Time{}
+		changed = true
+	}
+	if !changed {
+		return Outcome{Action: ActionNone, Session: s}
+	}
+	return Outcome{Action: ActionUpdate, Session: s}
 }
 
 // PromotionCount is how many waiters to promote given the counters: as many
@@ -136,26 +178,140 @@ func PromotionCount(limit int64, c Counters) int64 {
 	return max(n, 0)
 }
 
-// StaleCutoffs returns the instants before which a session's LastActive makes
-// it stale: a waiting session that left before waitingCutoff, or an active
-// session last seen before activeCutoff. A session exactly at the cutoff is
-// not stale yet. IsStale is written with them, and a Store that selects stale
-// rows in its own query language must select exactly the rows IsStale
-// reports: LastActive set and strictly before the cutoff of its status
-// (sessiontest checks it).
+// Promotions is how many waiters the gate may promote given its counters:
+// PromotionCount in ModeOpen, none in ModeQueueAll and ModeReject. The Store
+// admits no more of them than the gate's Pace allows.
+func Promotions(cfg GateConfig, c Counters) int64 {
+	if !cfg.Mode.Admits() {
+		return 0
+	}
+	return PromotionCount(cfg.ActiveLimit, c)
+}
+
+// Pace is a gate's admission pacing, a token bucket as a value: Tokens
+// admissions may happen at At; tokens come back at NewUsersPerMinute/60 per
+// second, up to a burst of one second's worth (at least one). The zero Pace
+// is a full bucket. A Store keeps one per gate in memory, next to the
+// gate's counters, and passes it to DecideJoin and Allow; it is not
+// persisted (a restart starts with a full bucket, one second's burst).
+type Pace struct {
+	Tokens float64
+	At     time.Time
+}
+
+// paceEpsilon absorbs the rounding of float refills: a token 1e-9 short is
+// a token.
+const paceEpsilon = 1e-9
+
+// burst is the most tokens the bucket holds: one second's worth, at least
+// one.
+func paceBurst(perMinute int64) float64 { return max(1, float64(perMinute)/60) }
+
+// refill returns the bucket at now. A clock that went back adds nothing.
+func (p Pace) refill(perMinute int64, now time.Time) Pace {
+	burst := paceBurst(perMinute)
+	if p.At.IsZero() {
+		return Pace{Tokens: burst, At: now}
+	}
+	if el := now.Sub(p.At); el > 0 {
+		p.Tokens += el.Seconds() * float64(perMinute) / 60
+		p.At = now
+	}
+	p.Tokens = min(p.Tokens, burst)
+	return p
+}
+
+// Available is how many admissions cfg's pacing allows at now: all of them
+// (math.MaxInt64) without pacing.
+func (p Pace) Available(cfg GateConfig, now time.Time) int64 {
+	if cfg.NewUsersPerMinute <= 0 {
+		return math.MaxInt64
+	}
+	return int64(p.refill(cfg.NewUsersPerMinute, now).Tokens + paceEpsilon)
+}
+
+// Allow takes up to n admissions from the bucket at now and returns how many
+// it granted and the bucket after them. Without pacing it grants all n and
+// returns p as it is.
+func (p Pace) Allow(cfg GateConfig, n int64, now time.Time) (int64, Pace) {
+	if cfg.NewUsersPerMinute <= 0 || n <= 0 {
+		return max(n, 0), p
+	}
+	p = p.refill(cfg.NewUsersPerMinute, now)
+	k := min(n, int64(p.Tokens+paceEpsilon))
+	p.Tokens = max(p.Tokens-float64(k), 0)
+	return k, p
+}
+
+// PurgeReason says why update() purges a session, and (Released) why a
+// session left otherwise: Event.Reason carries it.
+type PurgeReason uint8
+
+// The reasons a session is stale, and Released.
+const (
+	NotStale  PurgeReason = iota
+	Gone                  // a waiter with no sign of life for WaitingTimeout
+	Idle                  // an active session not seen for ActiveTimeout
+	Unclaimed             // a promoted session that did not claim its slot by its ClaimDeadline
+	// Released: the session was ended explicitly (release, or its last
+	// socket closed past ReleaseOnDisconnect). StaleReason never returns it.
+	Released
+)
+
+// String names the reason as metrics and history do.
+func (r PurgeReason) String() string {
+	switch r {
+	case Gone:
+		return "gone"
+	case Idle:
+		return "idle"
+	case Unclaimed:
+		return "unclaimed"
+	case Released:
+		return "released"
+	}
+	return "not_stale"
+}
+
+// StaleCutoffs returns the instants before which a session's last sign of
+// life makes it stale: a waiting session last seen before waitingCutoff, or
+// an active session last seen before activeCutoff. A session exactly at the
+// cutoff is not stale yet. An unclaimed session is also stale once now is
+// past its ClaimDeadline. A Store that selects stale rows in its own query
+// language derives the bounds from here and must select exactly the rows
+// StaleReason names.
 func StaleCutoffs(cfg GateConfig, now time.Time) (waitingCutoff, activeCutoff time.Time) {
 	return now.Add(-cfg.WaitingTimeout), now.Add(-cfg.ActiveTimeout)
 }
 
-// IsStale reports whether update() at now purges s. A waiting session that
-// has not left (LastActive zero) is never stale.
-func IsStale(cfg GateConfig, s Session, now time.Time) bool {
+// SeenAt is the session's last sign of life for the staleness rule:
+// LastActive, or CreatedAt for a row written before presence existed.
+func (s Session) SeenAt() time.Time {
 	if s.LastActive.IsZero() {
-		return false
+		return s.CreatedAt
 	}
+	return s.LastActive
+}
+
+// StaleReason says whether, and why, update() at now purges s.
+func StaleReason(cfg GateConfig, s Session, now time.Time) PurgeReason {
 	waitingCutoff, activeCutoff := StaleCutoffs(cfg, now)
 	if s.Status == StatusActive {
-		return s.LastActive.Before(activeCutoff)
+		if !s.ClaimDeadline.IsZero() && now.After(s.ClaimDeadline) {
+			return Unclaimed
+		}
+		if s.SeenAt().Before(activeCutoff) {
+			return Idle
+		}
+		return NotStale
 	}
-	return s.LastActive.Before(waitingCutoff)
+	if s.SeenAt().Before(waitingCutoff) {
+		return Gone
+	}
+	return NotStale
+}
+
+// IsStale reports whether update() at now purges s.
+func IsStale(cfg GateConfig, s Session, now time.Time) bool {
+	return StaleReason(cfg, s, now) != NotStale
 }

@@ -15,11 +15,15 @@ var (
 )
 
 func TestDecideJoin(t *testing.T) {
-	waiting := session.Session{Gate: "default", ID: "w", Position: 7, Status: session.StatusWaiting, CreatedAt: t0}
-	departed := waiting
-	departed.LastActive = t0.Add(10 * time.Second)
-	active := session.Session{Gate: "default", ID: "a", Position: 3, Status: session.StatusActive, LastActive: t0, CreatedAt: t0}
 	now := t0.Add(30 * time.Second)
+	waiting := session.Session{Gate: "default", ID: "w", Position: 7, Status: session.StatusWaiting, LastActive: t0, CreatedAt: t0}
+	seen := waiting
+	seen.LastActive = now
+	active := session.Session{Gate: "default", ID: "a", Position: 3, Status: session.StatusActive, LastActive: t0, CreatedAt: t0}
+	refreshed := active
+	refreshed.LastActive = now
+	unclaimed := active
+	unclaimed.ClaimDeadline = t0.Add(time.Minute)
 
 	tests := []struct {
 		name     string
@@ -35,42 +39,43 @@ func TestDecideJoin(t *testing.T) {
 				Delta:   session.Counters{NextPosition: 1, Active: 1}},
 		},
 		{
-			name:     "new session at the limit waits",
+			name:     "new session at the limit waits, seen now",
 			counters: session.Counters{NextPosition: 5, Active: 2},
 			want: session.Outcome{Action: session.ActionInsert,
-				Session: session.Session{Gate: "default", ID: "new", Position: 5, Status: session.StatusWaiting, CreatedAt: now},
+				Session: session.Session{Gate: "default", ID: "new", Position: 5, Status: session.StatusWaiting, LastActive: now, CreatedAt: now},
 				Delta:   session.Counters{NextPosition: 1, Waiting: 1}},
 		},
 		{
 			name:     "new session with a free slot but people waiting does not jump the queue",
 			counters: session.Counters{NextPosition: 9, Active: 1, Waiting: 1},
 			want: session.Outcome{Action: session.ActionInsert,
-				Session: session.Session{Gate: "default", ID: "new", Position: 9, Status: session.StatusWaiting, CreatedAt: now},
+				Session: session.Session{Gate: "default", ID: "new", Position: 9, Status: session.StatusWaiting, LastActive: now, CreatedAt: now},
 				Delta:   session.Counters{NextPosition: 1, Waiting: 1}},
 		},
 		{
-			name:     "returning waiter has its departure mark cleared and keeps its position",
-			counters: session.Counters{NextPosition: 9, Active: 2, Waiting: 3},
-			existing: &departed,
-			want:     session.Outcome{Action: session.ActionUpdate, Session: waiting},
-		},
-		{
-			name:     "waiter joining again without having left changes nothing (idempotent)",
+			name:     "returning waiter is seen now and keeps its position",
 			counters: session.Counters{NextPosition: 9, Active: 2, Waiting: 3},
 			existing: &waiting,
-			want:     session.Outcome{Action: session.ActionNone, Session: waiting},
+			want:     session.Outcome{Action: session.ActionUpdate, Session: seen},
 		},
 		{
 			name:     "active session joining again is refreshed, counters untouched",
 			counters: session.Counters{NextPosition: 9, Active: 2},
 			existing: &active,
-			want: session.Outcome{Action: session.ActionUpdate,
-				Session: session.Session{Gate: "default", ID: "a", Position: 3, Status: session.StatusActive, LastActive: now, CreatedAt: t0}},
+			want:     session.Outcome{Action: session.ActionUpdate, Session: refreshed},
+		},
+		{
+			name:     "an unclaimed promoted session joining again claims its slot",
+			counters: session.Counters{NextPosition: 9, Active: 2},
+			existing: &unclaimed,
+			want:     session.Outcome{Action: session.ActionUpdate, Session: refreshed},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, session.DecideJoin(cfg, tt.counters, tt.existing, "new", now))
+			got, err := session.DecideJoin(cfg, tt.counters, session.Pace{}, tt.existing, "new", now)
+			assert.NoError(t, err)
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }
@@ -172,29 +177,71 @@ func TestNoRuleTurnsActiveIntoWaiting(t *testing.T) {
 			for _, now := range times {
 				for _, la := range lastActives {
 					a := session.Session{Gate: "default", ID: "a", Position: 3, Status: session.StatusActive, LastActive: la, CreatedAt: t0}
-					stillActive(t, "join", session.DecideJoin(c, cs, &a, "a", now))
+					joined, err := session.DecideJoin(c, cs, session.Pace{}, &a, "a", now)
+					assert.NoError(t, err)
+					stillActive(t, "join", joined)
 					stillActive(t, "leave", session.DecideLeave(&a, now))
 					stillActive(t, "release", session.DecideRelease(c, cs, &a))
 					stillActive(t, "purge", session.DecidePurge(a))
-					n += 4
+					stillActive(t, "touch", session.DecideTouch(&a, session.Touch{ID: "a", LastActive: now, Claim: true}))
+					n += 5
 				}
 			}
 		}
 	}
 	// Promote, the one rule that changes a status, goes the other way.
 	w := session.Session{Gate: "default", ID: "w", Position: 7, Status: session.StatusWaiting, CreatedAt: t0}
-	assert.Equal(t, session.StatusActive, session.Promote(w, t0).Session.Status)
+	assert.Equal(t, session.StatusActive, session.Promote(cfg, w, t0).Session.Status)
 	assert.Positive(t, n)
 }
 
 func TestPromote(t *testing.T) {
 	w := session.Session{Gate: "default", ID: "w", Position: 7, Status: session.StatusWaiting, CreatedAt: t0}
-	o := session.Promote(w, t0.Add(time.Second))
+	now := t0.Add(time.Second)
+	o := session.Promote(cfg, w, now)
 	assert.Equal(t, session.ActionUpdate, o.Action)
 	assert.Equal(t, session.StatusActive, o.Session.Status)
-	assert.Equal(t, t0.Add(time.Second), o.Session.LastActive)
+	assert.Equal(t, now, o.Session.LastActive)
 	assert.Equal(t, int64(7), o.Session.Position)
+	assert.True(t, o.Session.ClaimDeadline.IsZero(), "without a claim timeout a promotion needs no claim")
 	assert.Equal(t, session.Counters{Active: 1, Waiting: -1}, o.Delta)
+
+	claimed := cfg
+	claimed.ClaimTimeout = time.Minute
+	o = session.Promote(claimed, w, now)
+	assert.Equal(t, now.Add(time.Minute), o.Session.ClaimDeadline)
+}
+
+func TestDecideTouch(t *testing.T) {
+	active := session.Session{Gate: "default", ID: "a", Position: 3, Status: session.StatusActive, LastActive: t0, CreatedAt: t0}
+	unclaimed := active
+	unclaimed.ClaimDeadline = t0.Add(time.Minute)
+	waiting := session.Session{Gate: "default", ID: "w", Position: 7, Status: session.StatusWaiting, LastActive: t0, CreatedAt: t0}
+	later := t0.Add(10 * time.Second)
+	with := func(s session.Session, la time.Time, deadline time.Time) session.Session {
+		s.LastActive, s.ClaimDeadline = la, deadline
+		return s
+	}
+	tests := []struct {
+		name     string
+		existing *session.Session
+		touch    session.Touch
+		want     session.Outcome
+	}{
+		{"absent: nothing", nil, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionNone}},
+		{"active moves forward", &active, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionUpdate, Session: with(active, later, time.Time{})}},
+		{"never backwards", &active, session.Touch{LastActive: t0.Add(-time.Second)}, session.Outcome{Action: session.ActionNone, Session: active}},
+		{"a waiter is seen", &waiting, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionUpdate, Session: with(waiting, later, time.Time{})}},
+		{"a claim clears the deadline", &unclaimed, session.Touch{LastActive: later, Claim: true}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, time.Time{})}},
+		{"a refresh without claim keeps it", &unclaimed, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, unclaimed.ClaimDeadline)}},
+		{"a claim of a claimed session at an old time: nothing", &active, session.Touch{LastActive: t0, Claim: true}, session.Outcome{Action: session.ActionNone, Session: active}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.touch.ID = "x"
+			assert.Equal(t, tt.want, session.DecideTouch(tt.existing, tt.touch))
+		})
+	}
 }
 
 func TestPromotionCount(t *testing.T) {
@@ -223,9 +270,13 @@ func TestIsStaleAtExactBoundaries(t *testing.T) {
 		s     session.Session
 		stale bool
 	}{
-		{"waiting, never left", session.Session{Status: session.StatusWaiting}, false},
-		{"waiting, left exactly waiting_timeout ago", session.Session{Status: session.StatusWaiting, LastActive: now.Add(-cfg.WaitingTimeout)}, false},
-		{"waiting, left 1ns more than waiting_timeout ago", session.Session{Status: session.StatusWaiting, LastActive: now.Add(-cfg.WaitingTimeout - 1)}, true},
+		{"waiting, seen just now", session.Session{Status: session.StatusWaiting, LastActive: now}, false},
+		{"waiting, seen exactly waiting_timeout ago", session.Session{Status: session.StatusWaiting, LastActive: now.Add(-cfg.WaitingTimeout)}, false},
+		{"waiting, seen 1ns more than waiting_timeout ago (beacon or not)", session.Session{Status: session.StatusWaiting, LastActive: now.Add(-cfg.WaitingTimeout - 1)}, true},
+		{"waiting row from before presence: its creation counts", session.Session{Status: session.StatusWaiting, CreatedAt: now.Add(-cfg.WaitingTimeout - 1)}, true},
+		{"waiting row from before presence, recent", session.Session{Status: session.StatusWaiting, CreatedAt: now}, false},
+		{"active, unclaimed, deadline not passed", session.Session{Status: session.StatusActive, LastActive: now, ClaimDeadline: now}, false},
+		{"active, unclaimed past its deadline", session.Session{Status: session.StatusActive, LastActive: now, ClaimDeadline: now.Add(-1)}, true},
 		{"active, seen exactly active_timeout ago", session.Session{Status: session.StatusActive, LastActive: now.Add(-cfg.ActiveTimeout)}, false},
 		{"active, seen 1ns more than active_timeout ago", session.Session{Status: session.StatusActive, LastActive: now.Add(-cfg.ActiveTimeout - 1)}, true},
 		{"active, seen just now", session.Session{Status: session.StatusActive, LastActive: now}, false},
@@ -299,9 +350,48 @@ func TestErrorCodes(t *testing.T) {
 	assert.ErrorIs(t, wrapped, cause)
 }
 
-func TestSessionViewPlace(t *testing.T) {
-	v := session.SessionView{GlobalView: session.GlobalView{FirstWaitingPosition: 10, LastWaitingPosition: 14}, Status: session.StatusWaiting, Position: 12}
-	assert.Equal(t, int64(3), v.Place())
-	v.Status = session.StatusActive
-	assert.Equal(t, int64(0), v.Place())
+func TestStaleReason(t *testing.T) {
+	now := t0.Add(time.Hour)
+	assert.Equal(t, session.Gone, session.StaleReason(cfg, session.Session{Status: session.StatusWaiting, LastActive: t0}, now))
+	assert.Equal(t, session.Idle, session.StaleReason(cfg, session.Session{Status: session.StatusActive, LastActive: t0}, now))
+	assert.Equal(t, session.Unclaimed, session.StaleReason(cfg, session.Session{Status: session.StatusActive, LastActive: t0, ClaimDeadline: t0}, now))
+	assert.Equal(t, session.NotStale, session.StaleReason(cfg, session.Session{Status: session.StatusActive, LastActive: now}, now))
+	assert.Equal(t, "unclaimed", session.Unclaimed.String())
+}
+
+func TestGlobalViewEqual(t *testing.T) {
+	a := session.GlobalView{Gate: "g", Waiting: 3, Buckets: []int64{0, 3}}
+	b := a
+	b.Buckets = []int64{0, 3}
+	assert.True(t, a.Equal(b))
+	b.Buckets = []int64{0, 2}
+	assert.False(t, a.Equal(b))
+	b = a
+	b.Active = 1
+	assert.False(t, a.Equal(b))
+}
+
+func TestEstimatePlace(t *testing.T) {
+	// Waiters at 10, 11, 14, 20, 21, 22 (12, 13, 15-19 left).
+	v := session.GlobalView{FirstWaitingPosition: 10, LastWaitingPosition: 22, Waiting: 6}
+	tests := []struct {
+		name     string
+		buckets  []int64
+		position int64
+		want     int64
+	}{
+		{"no summary: Convex's upper bound", nil, 20, 11},
+		{"first waiter", []int64{0, 3, 10, 3}, 10, 1},
+		{"bucket start is exact", []int64{0, 3, 10, 3}, 20, 4},
+		{"inside the last bucket", []int64{0, 3, 10, 3}, 22, 6},
+		{"one bucket per waiter is exact", []int64{0, 1, 1, 1, 4, 1, 10, 1, 11, 1, 12, 1}, 21, 5},
+		{"not in line", []int64{0, 6}, 9, 0},
+		{"past the line", []int64{0, 6}, 23, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v.Buckets = tt.buckets
+			assert.Equal(t, tt.want, v.EstimatePlace(tt.position))
+		})
+	}
 }

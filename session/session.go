@@ -23,10 +23,19 @@ type Session struct {
 	ID       string
 	Position int64 // global in its gate, monotonically increasing, never reused
 	Status   Status
-	// LastActive is the zero time when the stored value is null: a waiting
-	// session that has not left. Active sessions always have it set.
+	// LastActive is the session's last sign of life as persisted: its join,
+	// a refresh, a request or an open socket naming it (coalesced), or its
+	// departure. A waiter is purged WaitingTimeout after it, an active session
+	// ActiveTimeout after it. It is the zero time only for rows written
+	// before presence existed (a waiting session that had not left); the
+	// rules then read CreatedAt instead.
 	LastActive time.Time
 	CreatedAt  time.Time
+	// ClaimDeadline is set on a session promoted from the line while it has
+	// shown no sign of life since (unclaimed): past it, the session is
+	// purged and its slot passed on. Zero once claimed, and for sessions
+	// admitted at join (the join is their sign of life).
+	ClaimDeadline time.Time
 }
 
 // GateConfig is what the rules need to know of a gate.
@@ -37,10 +46,60 @@ type GateConfig struct {
 	// ActiveTimeout: an active session whose last activity is older than this
 	// is purged by the next update.
 	ActiveTimeout time.Duration
-	// WaitingTimeout: a waiting session that left (LastActive set) and has not
-	// come back within this is purged by the next update.
+	// WaitingTimeout: a waiting session that shows no sign of life for this
+	// long (beacon or not) is purged by the next update.
 	WaitingTimeout time.Duration
+	// ClaimTimeout: a promoted session that shows no sign of life within this
+	// is purged and its slot passed on at once. Zero: promotions need no
+	// claim.
+	ClaimTimeout time.Duration
+	// ReleaseOnDisconnect: when the last socket of an active session closes
+	// and no sign of life follows within this grace, the session is released
+	// at once. Zero: off.
+	ReleaseOnDisconnect time.Duration
+	// Mode says who gets in: ModeOpen (the zero value, "" reads as open),
+	// ModeQueueAll or ModeReject.
+	Mode Mode
+	// NewUsersPerMinute caps admissions (at join and promotions) at this
+	// many per minute, spread evenly, with a burst of at most one second's
+	// worth (see Pace). Zero: no pacing.
+	NewUsersPerMinute int64
 }
+
+// String renders the configuration for logs.
+func (c GateConfig) String() string {
+	mode := c.Mode
+	if mode == "" {
+		mode = ModeOpen
+	}
+	return fmt.Sprintf("limit=%d active_timeout=%v waiting_timeout=%v claim_timeout=%v release_on_disconnect=%v mode=%s new_users_per_minute=%d",
+		c.ActiveLimit, c.ActiveTimeout, c.WaitingTimeout, c.ClaimTimeout, c.ReleaseOnDisconnect, mode, c.NewUsersPerMinute)
+}
+
+// Mode is a gate's admission mode.
+type Mode string
+
+// The modes of a gate.
+const (
+	// ModeOpen admits new sessions while slots are free and nobody waits,
+	// and promotes waiters into freed slots.
+	ModeOpen Mode = "open"
+	// ModeQueueAll puts every new session in line and promotes nobody;
+	// active sessions go on (maintenance, a sale that has not started).
+	ModeQueueAll Mode = "queue_all"
+	// ModeReject refuses new sessions (ErrGateClosed) and promotes nobody;
+	// existing sessions keep their place and status.
+	ModeReject Mode = "reject"
+)
+
+// Valid reports whether m is a mode; "" is read as ModeOpen.
+func (m Mode) Valid() bool { return m == "" || m == ModeOpen || m == ModeQueueAll || m == ModeReject }
+
+// Admits reports whether the mode admits anyone new: open, or "".
+func (m Mode) Admits() bool { return m == "" || m == ModeOpen }
+
+// MaxNewUsersPerMinute bounds GateConfig.NewUsersPerMinute.
+const MaxNewUsersPerMinute = 1 << 40
 
 // Validate returns an ErrInvalidArgument error naming the first field that is
 // out of range.
@@ -54,6 +113,14 @@ func (c GateConfig) Validate() error {
 		return Errorf(CodeInvalidArgument, "gate %q: active_timeout %v: must be positive", c.Name, c.ActiveTimeout)
 	case c.WaitingTimeout <= 0:
 		return Errorf(CodeInvalidArgument, "gate %q: waiting_timeout %v: must be positive", c.Name, c.WaitingTimeout)
+	case c.ClaimTimeout < 0:
+		return Errorf(CodeInvalidArgument, "gate %q: claim_timeout %v: must not be negative", c.Name, c.ClaimTimeout)
+	case c.ReleaseOnDisconnect < 0:
+		return Errorf(CodeInvalidArgument, "gate %q: release_on_disconnect %v: must not be negative", c.Name, c.ReleaseOnDisconnect)
+	case !c.Mode.Valid():
+		return Errorf(CodeInvalidArgument, "gate %q: mode %q: want open, queue_all or reject", c.Name, c.Mode)
+	case c.NewUsersPerMinute < 0 || c.NewUsersPerMinute > MaxNewUsersPerMinute:
+		return Errorf(CodeInvalidArgument, "gate %q: new_users_per_minute %d: must be 0 (no pacing) to %d", c.Name, c.NewUsersPerMinute, int64(MaxNewUsersPerMinute))
 	}
 	return nil
 }
@@ -142,24 +209,89 @@ type GlobalView struct {
 	// AdmittedPerMinute is the rate at which waiters were promoted over the
 	// last few minutes, for an estimated wait. Zero when nobody was promoted.
 	AdmittedPerMinute float64 `json:"admittedPerMinute"`
+	// Buckets summarises where the waiters are, so that a client computes an
+	// exact place even after people ahead of it left: pairs of
+	// [offset, count], where offset is the first position of a bucket minus
+	// FirstWaitingPosition (every bucket starts at a waiter) and count the
+	// waiters from there up to the next bucket's first position. The counts
+	// add up to Waiting. At most MaxBuckets pairs; empty when nobody waits.
+	Buckets []int64 `json:"buckets,omitempty"`
+}
+
+// Equal reports whether two views carry the same values.
+func (v GlobalView) Equal(o GlobalView) bool {
+	same := v.Gate == o.Gate && v.FirstWaitingPosition == o.FirstWaitingPosition &&
+		v.LastWaitingPosition == o.LastWaitingPosition && v.Waiting == o.Waiting &&
+		v.Active == o.Active && v.Limit == o.Limit && v.AdmittedPerMinute == o.AdmittedPerMinute
+	if !same || len(v.Buckets) != len(o.Buckets) {
+		return false
+	}
+	for i := range v.Buckets {
+		if v.Buckets[i] != o.Buckets[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// MaxBuckets is the most buckets a GlobalView carries, which bounds the
+// global message (about 2 KB at a million waiters).
+const MaxBuckets = 160
+
+// MinBucketSize is the fewest waiters a bucket holds when there are enough.
+const MinBucketSize = 8
+
+// EstimatePlace is the place a client computes from the global view alone
+// for a waiter at position: the waiters of every bucket that ends before it,
+// plus an interpolation inside its own bucket, plus one. It is 0 when the
+// position is not in the line. The snippet does the same arithmetic.
+func (v GlobalView) EstimatePlace(position int64) int64 {
+	if v.Waiting == 0 || position < v.FirstWaitingPosition || position > v.LastWaitingPosition {
+		return 0
+	}
+	off := position - v.FirstWaitingPosition
+	b := v.Buckets
+	if len(b) < 2 {
+		// No summary: Convex's upper bound.
+		return off + 1
+	}
+	var ahead int64
+	for i := 0; i+1 < len(b); i += 2 {
+		start, count := b[i], b[i+1]
+		end := v.LastWaitingPosition - v.FirstWaitingPosition // last offset of the bucket
+		if i+2 < len(b) {
+			end = b[i+2] - 1
+		}
+		if off > end {
+			ahead += count
+			continue
+		}
+		if off <= start || count <= 1 || end <= start {
+			return ahead + 1
+		}
+		// Interpolate, rounding to the nearest: the bucket's first waiter is
+		// at start, the others spread over (start, end].
+		span := end - start
+		inside := (2*(count-1)*(off-start) + span) / (2 * span)
+		return ahead + inside + 1
+	}
+	return ahead + 1
 }
 
 // SessionView is what a session's own client sees: the global view plus the
-// session's id, status and position.
+// session's id, status and position, its exact place while it waits, and its
+// claim deadline while it is promoted but unclaimed.
 type SessionView struct {
 	GlobalView
 	Session  string `json:"session"`
 	Status   Status `json:"status"`
 	Position int64  `json:"position"`
-}
-
-// Place returns the session's 1-based place in line from the view it carries,
-// or 0 when it is not waiting.
-func (v SessionView) Place() int64 {
-	if v.Status != StatusWaiting {
-		return 0
-	}
-	return v.Position - v.FirstWaitingPosition + 1
+	// Place is the session's exact 1-based place among the waiters, counted
+	// by the server when the view was made; 0 when not waiting.
+	Place int64 `json:"place,omitempty"`
+	// ClaimDeadline is set while the session was promoted and has not
+	// claimed its slot yet (see GateConfig.ClaimTimeout).
+	ClaimDeadline *time.Time `json:"claimDeadline,omitempty"`
 }
 
 // String renders the view for logs.

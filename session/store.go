@@ -22,8 +22,15 @@ type Store interface {
 	SetCommitListener(fn func(Commit))
 
 	// Load ensures a row exists for each named gate and returns, for each, its
-	// state and its active sessions.
+	// state, its active sessions and its persisted settings; it also returns
+	// every other gate that has persisted settings (a gate added at runtime).
 	Load(ctx context.Context, gates []string) (map[string]GateSnapshot, error)
+
+	// SaveGateSettings persists settings (a valid GateConfig of that gate)
+	// as the gate's runtime settings, which Load returns from then on; nil
+	// forgets them. Settings changed at runtime win over the config file's
+	// until forgotten.
+	SaveGateSettings(ctx context.Context, gate string, settings *GateConfig) error
 
 	// Join runs DecideJoin for id in gate cfg.Name at now and returns the
 	// session as stored afterwards.
@@ -40,11 +47,16 @@ type Store interface {
 	// Get returns the stored session, or ErrNotFound.
 	Get(ctx context.Context, gate, id string) (Session, error)
 
-	// Touch persists LastActive for the given active sessions of a gate.
-	// Sessions that no longer exist or are not active are skipped. The
-	// caller bounds len(touches): the Waitlist sends at most
-	// Options.UpdateChunk per call.
+	// Touch runs DecideTouch for each given session of a gate, waiting or
+	// active. Sessions that no longer exist are skipped. The caller bounds
+	// len(touches): the Waitlist sends at most Options.UpdateChunk per call.
 	Touch(ctx context.Context, gate string, touches []Touch) error
+
+	// Purge deletes those of the named sessions that StaleReason calls stale
+	// at now (others are left alone, absent ones skipped), then promotes
+	// PromotionCount waiters into the freed slots, in one transaction. It is
+	// how an unclaimed slot passes on at once, without a whole update.
+	Purge(ctx context.Context, cfg GateConfig, ids []string, now time.Time) (UpdateReport, error)
 
 	// Update is the cron tick for one gate at now: delete stale waiting
 	// sessions (IsStale), delete stale active sessions, then promote waiters
@@ -72,12 +84,19 @@ type ReadyChecker interface {
 type GateSnapshot struct {
 	State  GateState
 	Active []Session
+	// Waiting holds the positions of the waiting sessions, ascending.
+	Waiting []int64
+	// Settings are the gate's persisted runtime settings (SaveGateSettings),
+	// nil when never saved or forgotten.
+	Settings *GateConfig
 }
 
-// Touch is one coalesced LastActive refresh.
+// Touch is one coalesced sign of life (see DecideTouch).
 type Touch struct {
 	ID         string
 	LastActive time.Time
+	// Claim claims the slot of a promoted, unclaimed session.
+	Claim bool
 }
 
 // UpdateReport says what one update of one gate did.
@@ -93,19 +112,26 @@ type UpdateReport struct {
 // EventKind names what happened to an active session in a commit.
 type EventKind uint8
 
-// The events a Commit reports. Only changes to the active set are reported;
-// waiting sessions are not kept in memory.
+// The events a Commit reports: every change to the active set, and every
+// session that enters or leaves the line (the service keeps the waiting
+// positions in memory to count exact places).
 const (
 	EventActivated   EventKind = iota + 1 // a new session joined as active
-	EventPromoted                         // a waiting session became active
-	EventRefreshed                        // an active session's LastActive was written (join or leave of an active session)
+	EventPromoted                         // a waiting session became active (it left the line)
+	EventRefreshed                        // an active session's row was rewritten (a refresh, a claim)
 	EventDeactivated                      // an active session was released or purged
+	EventQueued                           // a new session joined the line as waiting
+	EventDequeued                         // a waiting session was released or purged (it left the line)
 )
 
 // Event is one change to a gate's active set.
 type Event struct {
 	Kind    EventKind
 	Session Session
+	// Reason says why the session left, on EventDeactivated and
+	// EventDequeued: Gone, Idle or Unclaimed for a purge (StaleReason),
+	// Released for an explicit release. NotStale on other events.
+	Reason PurgeReason
 }
 
 // Commit is what one committed transaction did: the events in the order they

@@ -28,18 +28,35 @@ type Options struct {
 	// persists: joins queued behind either wait for one such transaction at
 	// most. It is the one setting of that size. Default DefaultUpdateChunk.
 	UpdateChunk int
+	// SweepInterval is how often unclaimed promotions past their deadline
+	// and sessions disconnected past their grace are looked for (Sweep).
+	// Default 250ms; negative disables the background sweeper (tests call
+	// Sweep themselves).
+	SweepInterval time.Duration
 	// Ready, when set, tells whether memory follows the Store: a Store shared
 	// by several processes returns an error while it may have missed the
 	// others' commits. Validate then answers that error (wrapping
 	// ErrUnavailable) rather than read stale memory. Default: always ready.
 	Ready func() error
+	// Observer, when set, is called with every commit of the Store after
+	// the service applied it to memory and told the Publisher (metrics
+	// count joins, admissions and purges from it). It is called on the
+	// Store's commit path, one commit at a time: it must not block nor
+	// keep the Commit.
+	Observer func(Commit)
+	// UpdateObserver, when set, is called with the report of each gate's
+	// update (Update), its Duration included. It must not block.
+	UpdateObserver func(UpdateReport)
 }
 
 // DefaultUpdateChunk is the default Options.UpdateChunk, and the chunk a
 // Store uses when Update is asked for none.
 const DefaultUpdateChunk = 256
 
-const defaultTouchInterval = 5 * time.Second
+const (
+	defaultTouchInterval = 5 * time.Second
+	defaultSweepInterval = 250 * time.Millisecond
+)
 
 // Waitlist is the service: the operations of the model over a Store, with
 // the hot reads (validate, the global view) answered from memory that is
@@ -48,32 +65,75 @@ type Waitlist struct {
 	store  Store
 	clock  Clock
 	pub    Publisher
+	obs    func(Commit)
+	updObs func(UpdateReport)
 	log    *slog.Logger
 	chunk  int
 	ready  func() error
-	gates  map[string]*gateMemory
-	names  []string
+	// set holds the gates, copied on write (AddGate, RemoveGate) so that
+	// every hot read looks a gate up without a lock.
+	set atomic.Pointer[gateSet]
+	// files are the gates' configurations as the caller gave them to New
+	// (the config file), for ResetGateConfig. Never written after New.
+	files  map[string]GateConfig
 	closed atomic.Bool
+	// adminMu serialises the runtime changes of gates (SetGateConfig,
+	// ResetGateConfig, AddGate, RemoveGate).
+	adminMu sync.Mutex
 
 	updateMu    sync.Mutex
 	stopFlusher chan struct{}
 	flusherDone chan struct{}
+	sweeperDone chan struct{}
 	closeOnce   sync.Once
+}
+
+// gateSet is the service's gates: by name, and the names sorted. Never
+// written once published.
+type gateSet struct {
+	m     map[string]*gateMemory
+	names []string
 }
 
 // gateMemory is what the service keeps in memory of one gate.
 type gateMemory struct {
-	cfg      GateConfig
-	mu       sync.RWMutex
-	active   map[string]*activeEntry
+	// cfg is the gate's current configuration, replaced whole at runtime
+	// (SetGateConfig); read it once per operation with config().
+	cfg    atomic.Pointer[GateConfig]
+	mu     sync.RWMutex
+	active map[string]*activeEntry
+	// line holds the waiting positions, for exact places; present the
+	// sessions with open sockets or signs of life not yet persisted.
+	line     lineIndex
+	present  map[string]*presence
 	view     atomic.Pointer[GlobalView]
 	admitted rateWindow
+	// joined counts new sessions, admissions sessions admitted (at join or
+	// promoted), for GateStats.
+	joined, admissions rateWindow
+	// runtime: cfg was set at runtime and persisted (GateStats.Runtime).
+	runtime atomic.Bool
 }
 
 type activeEntry struct {
 	position   int64
 	lastActive atomic.Int64 // unix nanoseconds, exact
 	persisted  atomic.Int64 // unix nanoseconds, as the store has it
+	// claimDeadline is the unclaimed session's deadline (unix nanoseconds),
+	// 0 once claimed; claimPending marks a claim not yet persisted.
+	claimDeadline atomic.Int64
+	claimPending  atomic.Bool
+	// disconnectedAt is when the session's last socket closed, 0 while one
+	// is open or when it never had one.
+	disconnectedAt atomic.Int64
+}
+
+// presence is what the service knows of a session's signs of life beyond
+// its row: its open sockets and, for a waiter, when it was last seen.
+type presence struct {
+	sockets   int32
+	lastSeen  int64 // unix nanoseconds
+	persisted int64 // unix nanoseconds of the last sign of life persisted by a Touch
 }
 
 // New loads the state of the given gates from store and returns the service
@@ -86,13 +146,15 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		return nil, Errorf(CodeInvalidArgument, "no gate configured")
 	}
 	w := &Waitlist{
-		store: store,
-		clock: opts.Clock,
-		pub:   opts.Publisher,
-		log:   opts.Logger,
-		chunk: opts.UpdateChunk,
-		ready: opts.Ready,
-		gates: make(map[string]*gateMemory, len(gates)),
+		store:  store,
+		clock:  opts.Clock,
+		pub:    opts.Publisher,
+		obs:    opts.Observer,
+		updObs: opts.UpdateObserver,
+		log:    opts.Logger,
+		chunk:  opts.UpdateChunk,
+		ready:  opts.Ready,
+		files:  make(map[string]GateConfig, len(gates)),
 	}
 	if w.clock == nil {
 		w.clock = SystemClock{}
@@ -103,36 +165,57 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 	if w.chunk <= 0 {
 		w.chunk = DefaultUpdateChunk
 	}
+	names := make([]string, 0, len(gates))
 	for _, cfg := range gates {
 		if err := cfg.Validate(); err != nil {
 			return nil, err
 		}
-		if _, dup := w.gates[cfg.Name]; dup {
+		if _, dup := w.files[cfg.Name]; dup {
 			return nil, Errorf(CodeInvalidArgument, "gate %q configured twice", cfg.Name)
 		}
-		w.gates[cfg.Name] = &gateMemory{cfg: cfg, active: make(map[string]*activeEntry)}
-		w.names = append(w.names, cfg.Name)
+		w.files[cfg.Name] = cfg
+		names = append(names, cfg.Name)
 	}
-	sort.Strings(w.names)
+	sort.Strings(names)
 
 	store.SetCommitListener(w.onCommit)
-	snaps, err := store.Load(ctx, w.names)
+	snaps, err := store.Load(ctx, names)
 	if err != nil {
 		return nil, err
 	}
-	for name, g := range w.gates {
-		snap := snaps[name]
-		g.mu.Lock()
-		for _, s := range snap.Active {
-			e := &activeEntry{position: s.Position}
-			e.lastActive.Store(s.LastActive.UnixNano())
-			e.persisted.Store(s.LastActive.UnixNano())
-			g.active[s.ID] = e
+	set := &gateSet{m: make(map[string]*gateMemory, len(snaps))}
+	for name, snap := range snaps {
+		cfg, inFile := w.files[name]
+		runtime := false
+		switch {
+		case snap.Settings != nil && snap.Settings.Validate() == nil && snap.Settings.Name == name:
+			if inFile {
+				w.log.Info("anteroom: gate settings changed at runtime win over the config file's (reset them through the admin API)",
+					"gate", name, "file", cfg.String(), "store", snap.Settings.String())
+			} else {
+				w.log.Info("anteroom: gate added at runtime restored from the store", "gate", name, "settings", snap.Settings.String())
+			}
+			cfg, runtime = *snap.Settings, true
+		case snap.Settings != nil:
+			w.log.Warn("anteroom: persisted gate settings are invalid; ignored", "gate", name)
+			if !inFile {
+				continue
+			}
+		case !inFile:
+			continue // the Store returned a gate nobody asked for
 		}
-		g.mu.Unlock()
-		v := g.globalView(snap.State, w.clock.Now())
-		g.view.Store(&v)
+		g := w.newGateMemory(cfg, snap)
+		g.runtime.Store(runtime)
+		set.m[name] = g
+		set.names = append(set.names, name)
 	}
+	for _, name := range names {
+		if set.m[name] == nil {
+			return nil, Errorf(CodeInternal, "store did not load gate %q", name)
+		}
+	}
+	sort.Strings(set.names)
+	w.set.Store(set)
 
 	interval := opts.TouchInterval
 	if interval == 0 {
@@ -140,16 +223,51 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 	}
 	w.stopFlusher = make(chan struct{})
 	w.flusherDone = make(chan struct{})
+	w.sweeperDone = make(chan struct{})
 	if interval > 0 {
 		go w.runFlusher(interval)
 	} else {
 		close(w.flusherDone)
 	}
+	sweep := opts.SweepInterval
+	if sweep == 0 {
+		sweep = defaultSweepInterval
+	}
+	if sweep > 0 {
+		go w.runSweeper(sweep)
+	} else {
+		close(w.sweeperDone)
+	}
 	return w, nil
 }
 
-// Gates returns the configured gate names, sorted.
-func (w *Waitlist) Gates() []string { return append([]string(nil), w.names...) }
+// newGateMemory builds a gate's memory from its loaded snapshot.
+func (w *Waitlist) newGateMemory(cfg GateConfig, snap GateSnapshot) *gateMemory {
+	g := &gateMemory{active: make(map[string]*activeEntry), present: make(map[string]*presence)}
+	g.cfg.Store(&cfg)
+	for _, s := range snap.Active {
+		e := &activeEntry{position: s.Position}
+		e.lastActive.Store(s.LastActive.UnixNano())
+		e.persisted.Store(s.LastActive.UnixNano())
+		if !s.ClaimDeadline.IsZero() {
+			e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+		}
+		g.active[s.ID] = e
+	}
+	g.line.reset(snap.Waiting)
+	v := g.globalView(snap.State, w.clock.Now())
+	g.view.Store(&v)
+	return g
+}
+
+// config is the gate's current configuration.
+func (g *gateMemory) config() GateConfig { return *g.cfg.Load() }
+
+// Gates returns the gate names, sorted.
+func (w *Waitlist) Gates() []string { return append([]string(nil), w.set.Load().names...) }
+
+// lookup returns the named gate's memory, or nil.
+func (w *Waitlist) lookup(name string) *gateMemory { return w.set.Load().m[name] }
 
 // GateConfig returns the configuration of a gate, or ErrUnknownGate.
 func (w *Waitlist) GateConfig(gate string) (GateConfig, error) {
@@ -157,7 +275,7 @@ func (w *Waitlist) GateConfig(gate string) (GateConfig, error) {
 	if err != nil {
 		return GateConfig{}, err
 	}
-	return g.cfg, nil
+	return g.config(), nil
 }
 
 // Join puts the session in line, or lets it in, per DecideJoin, and returns
@@ -168,7 +286,7 @@ func (w *Waitlist) Join(ctx context.Context, gate, id string) (SessionView, erro
 	if err != nil {
 		return SessionView{}, err
 	}
-	s, err := w.store.Join(ctx, g.cfg, id, w.clock.Now())
+	s, err := w.store.Join(ctx, g.config(), id, w.clock.Now())
 	if err != nil {
 		return SessionView{}, err
 	}
@@ -184,7 +302,7 @@ func (w *Waitlist) Leave(ctx context.Context, gate, id string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.store.Leave(ctx, g.cfg, id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
+	if _, err := w.store.Leave(ctx, g.config(), id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	return nil
@@ -199,7 +317,7 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.store.Release(ctx, g.cfg, id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
+	if _, err := w.store.Release(ctx, g.config(), id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	return nil
@@ -210,7 +328,7 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 // of Options.Ready (ErrUnavailable) while memory may be stale. It is read
 // from memory only and does not allocate.
 func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
-	g := w.gates[gate]
+	g := w.lookup(gate)
 	if g == nil {
 		return ErrUnknownGate
 	}
@@ -230,7 +348,7 @@ func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 // sets the session's LastActive to now: exactly in memory at once, persisted
 // at most every TouchInterval (and before every update).
 func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
-	g := w.gates[gate]
+	g := w.lookup(gate)
 	if g == nil {
 		return ErrUnknownGate
 	}
@@ -243,12 +361,21 @@ func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
 	if !ok {
 		return ErrNotActive
 	}
-	now := w.clock.Now().UnixNano()
+	signActive(e, w.clock.Now().UnixNano())
+	return nil
+}
+
+// signActive records a sign of life of an active session at now: its
+// LastActive moves forward, and an unclaimed slot is claimed.
+func signActive(e *activeEntry, now int64) {
 	for {
 		old := e.lastActive.Load()
 		if old >= now || e.lastActive.CompareAndSwap(old, now) {
-			return nil
+			break
 		}
+	}
+	if e.claimDeadline.Load() != 0 && e.claimDeadline.Swap(0) != 0 {
+		e.claimPending.Store(true)
 	}
 }
 
@@ -263,11 +390,14 @@ func (w *Waitlist) Status(ctx context.Context, gate, id string) (SessionView, er
 	if err := checkID(id); err != nil {
 		return SessionView{}, err
 	}
+	now := w.clock.Now()
 	g.mu.RLock()
 	e, ok := g.active[id]
 	g.mu.RUnlock()
 	if ok {
-		return SessionView{GlobalView: g.currentView(w.clock.Now()), Session: id, Status: StatusActive, Position: e.position}, nil
+		// A request naming the session is a sign of life.
+		signActive(e, now.UnixNano())
+		return SessionView{GlobalView: g.currentView(now), Session: id, Status: StatusActive, Position: e.position}, nil
 	}
 	if w.closed.Load() {
 		return SessionView{}, ErrUnavailable
@@ -276,7 +406,140 @@ func (w *Waitlist) Status(ctx context.Context, gate, id string) (SessionView, er
 	if err != nil {
 		return SessionView{}, err
 	}
-	return g.sessionView(s, w.clock.Now()), nil
+	if s.Status == StatusWaiting {
+		g.seen(id, now.UnixNano())
+	}
+	return g.sessionView(s, now), nil
+}
+
+// Connect records an open socket of the session, a sign of life for as long
+// as it stays open (an unclaimed promotion is claimed at once), and returns
+// the function to call when it closes; the close of its last socket is a
+// departure (see GateConfig.ReleaseOnDisconnect). The session need not
+// exist. It returns ErrUnknownGate, or ErrInvalidArgument for a malformed
+// id.
+func (w *Waitlist) Connect(gate, id string) (disconnect func(), err error) {
+	g, err := w.gate(gate)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	now := w.clock.Now().UnixNano()
+	g.mu.Lock()
+	p := g.presenceOf(id)
+	p.sockets++
+	p.lastSeen = max(p.lastSeen, now)
+	e := g.active[id]
+	g.mu.Unlock()
+	if e != nil {
+		signActive(e, now)
+		e.disconnectedAt.Store(0)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { w.disconnect(g, id) }) }, nil
+}
+
+func (w *Waitlist) disconnect(g *gateMemory, id string) {
+	now := w.clock.Now().UnixNano()
+	g.mu.Lock()
+	p := g.presenceOf(id)
+	p.sockets--
+	p.lastSeen = max(p.lastSeen, now)
+	last := p.sockets <= 0
+	e := g.active[id]
+	g.mu.Unlock()
+	if e != nil && last {
+		signActive(e, now)
+		e.disconnectedAt.Store(now)
+	}
+}
+
+// seen records a sign of life of a waiter at now, persisted by the next
+// flush.
+func (g *gateMemory) seen(id string, now int64) {
+	g.mu.Lock()
+	p := g.presenceOf(id)
+	p.lastSeen = max(p.lastSeen, now)
+	g.mu.Unlock()
+}
+
+// presenceOf returns the session's presence entry, creating it. g.mu must be
+// held for writing.
+func (g *gateMemory) presenceOf(id string) *presence {
+	p := g.present[id]
+	if p == nil {
+		p = &presence{}
+		g.present[id] = p
+	}
+	return p
+}
+
+// Sweep passes on at once the slots of promoted sessions that did not claim
+// them by their deadline (Store.Purge), promotes waiters into free slots of
+// an open gate (as pacing tokens come back: Store.Purge with no ids), and
+// releases the active sessions
+// whose last socket closed longer than their gate's ReleaseOnDisconnect ago
+// without a sign of life since. The background sweeper calls it every
+// Options.SweepInterval. It returns the first Store error, or
+// ErrUnavailable after Close.
+func (w *Waitlist) Sweep(ctx context.Context) error {
+	if w.closed.Load() {
+		return ErrUnavailable
+	}
+	var firstErr error
+	set := w.set.Load()
+	for _, name := range set.names {
+		g := set.m[name]
+		cfg := g.config()
+		now := w.clock.Now()
+		nowN := now.UnixNano()
+		grace := int64(cfg.ReleaseOnDisconnect)
+		var unclaimed, gone []string
+		g.mu.RLock()
+		for id, e := range g.active {
+			if d := e.claimDeadline.Load(); d != 0 {
+				if nowN > d {
+					unclaimed = append(unclaimed, id)
+				}
+				continue
+			}
+			if grace <= 0 {
+				continue
+			}
+			dc := e.disconnectedAt.Load()
+			if dc == 0 || nowN-dc < grace || e.lastActive.Load() > dc {
+				continue
+			}
+			if p := g.present[id]; p != nil && p.sockets > 0 {
+				continue
+			}
+			gone = append(gone, id)
+		}
+		g.mu.RUnlock()
+		if len(unclaimed) > 0 || g.fillable(cfg) {
+			sort.Strings(unclaimed)
+			if _, err := w.store.Purge(ctx, cfg, unclaimed, now); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+		for _, id := range gone {
+			if _, err := w.store.Release(ctx, cfg, id, now); err != nil && !errors.Is(err, ErrNotFound) && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return firstErr
+}
+
+// fillable reports whether memory shows waiters and free slots in a gate
+// that admits: pacing held them back (its tokens come back with time), or
+// the limit was raised. Sweep then has the Store promote (Store.Purge with
+// no ids).
+func (g *gateMemory) fillable(cfg GateConfig) bool {
+	v := g.view.Load()
+	return cfg.Mode.Admits() && v.Waiting > 0 && v.Active < cfg.ActiveLimit
 }
 
 // Global returns the gate's global view from memory, its admission rate
@@ -315,13 +578,17 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 	if err := w.FlushTouches(ctx); err != nil {
 		return nil, err
 	}
-	reports := make([]UpdateReport, 0, len(w.names))
-	for _, name := range w.names {
-		g := w.gates[name]
+	set := w.set.Load()
+	reports := make([]UpdateReport, 0, len(set.names))
+	for _, name := range set.names {
+		g := set.m[name]
 		start := time.Now()
-		r, err := w.store.Update(ctx, g.cfg, w.clock.Now(), w.chunk)
+		r, err := w.store.Update(ctx, g.config(), w.clock.Now(), w.chunk)
 		r.Gate = name
 		r.Duration = time.Since(start)
+		if w.updObs != nil {
+			w.updObs(r)
+		}
 		if err != nil {
 			return reports, err
 		}
@@ -337,8 +604,9 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 // see it (the hub coalesces).
 func (w *Waitlist) republishRates() {
 	now := w.clock.Now()
-	for _, name := range w.names {
-		g := w.gates[name]
+	set := w.set.Load()
+	for _, name := range set.names {
+		g := set.m[name]
 		rate := g.admitted.perMinute(now)
 		for {
 			old := g.view.Load()
@@ -357,34 +625,82 @@ func (w *Waitlist) republishRates() {
 	}
 }
 
-// FlushTouches persists every LastActive refreshed in memory since it was
-// last persisted, at most Options.UpdateChunk per Store.Touch call. It
-// returns the Store's error, or ErrUnavailable.
+// FlushTouches persists the signs of life seen in memory since they were
+// last persisted: every refreshed LastActive and claim of an active
+// session, and a waiter's last sign of life when it has moved on by a
+// quarter of the waiting timeout or when its last socket closed. Open
+// sockets count as a sign of life now. It returns the Store's error, or
+// ErrUnavailable. It sends at most Options.UpdateChunk per
+// Store.Touch call.
 func (w *Waitlist) FlushTouches(ctx context.Context) error {
-	for _, name := range w.names {
-		g := w.gates[name]
+	now := w.clock.Now().UnixNano()
+	set := w.set.Load()
+	for _, name := range set.names {
+		g := set.m[name]
+		cfg := g.config()
 		var touches []Touch
 		var entries []*activeEntry
-		g.mu.RLock()
+		var waiters []*presence
+		activeEvery := int64(cfg.ActiveTimeout / 8)
+		waitingEvery := int64(cfg.WaitingTimeout / 4)
+		g.mu.Lock()
+		for id, p := range g.present {
+			if p.sockets > 0 {
+				p.lastSeen = max(p.lastSeen, now)
+				if e := g.active[id]; e != nil && now-e.lastActive.Load() >= activeEvery {
+					signActive(e, now)
+				}
+			}
+		}
 		for id, e := range g.active {
-			if la := e.lastActive.Load(); la != e.persisted.Load() {
-				touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, la)})
+			la := e.lastActive.Load()
+			claim := e.claimPending.Load()
+			if la != e.persisted.Load() || claim {
+				touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, la), Claim: claim})
 				entries = append(entries, e)
 			}
 		}
-		g.mu.RUnlock()
+		for id, p := range g.present {
+			if g.active[id] != nil {
+				if p.sockets <= 0 {
+					delete(g.present, id)
+				}
+				continue
+			}
+			if p.lastSeen <= p.persisted {
+				if p.sockets <= 0 {
+					delete(g.present, id)
+				}
+				continue
+			}
+			if p.sockets > 0 && p.lastSeen-p.persisted < waitingEvery {
+				continue
+			}
+			touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, p.lastSeen)})
+			waiters = append(waiters, p)
+		}
+		g.mu.Unlock()
 		if len(touches) == 0 {
 			continue
 		}
-		for len(touches) > 0 {
-			n := min(len(touches), w.chunk)
-			if err := w.store.Touch(ctx, name, touches[:n]); err != nil {
+		for start := 0; start < len(touches); start += w.chunk {
+			chunk := touches[start:min(len(touches), start+w.chunk)]
+			if err := w.store.Touch(ctx, name, chunk); err != nil {
 				return err
 			}
-			for i, e := range entries[:n] {
-				e.persisted.Store(touches[i].LastActive.UnixNano())
+			g.mu.Lock()
+			for i, t := range chunk {
+				if k := start + i; k < len(entries) {
+					entries[k].persisted.Store(t.LastActive.UnixNano())
+					if t.Claim {
+						entries[k].claimPending.Store(false)
+					}
+				} else {
+					p := waiters[k-len(entries)]
+					p.persisted = max(p.persisted, t.LastActive.UnixNano())
+				}
 			}
-			touches, entries = touches[n:], entries[n:]
+			g.mu.Unlock()
 		}
 	}
 	return nil
@@ -398,6 +714,7 @@ func (w *Waitlist) Close() error {
 	w.closeOnce.Do(func() {
 		close(w.stopFlusher)
 		<-w.flusherDone
+		<-w.sweeperDone
 		w.updateMu.Lock()
 		err = w.FlushTouches(context.Background())
 		w.closed.Store(true)
@@ -422,6 +739,22 @@ func (w *Waitlist) runFlusher(interval time.Duration) {
 	}
 }
 
+func (w *Waitlist) runSweeper(interval time.Duration) {
+	defer close(w.sweeperDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stopFlusher:
+			return
+		case <-t.C:
+			if err := w.Sweep(context.Background()); err != nil && !errors.Is(err, ErrUnavailable) {
+				w.log.Warn("anteroom: passing on unclaimed or disconnected slots failed", "err", err)
+			}
+		}
+	}
+}
+
 // following returns nil when memory follows the Store (Options.Ready).
 func (w *Waitlist) following() error {
 	if w.ready == nil {
@@ -437,7 +770,7 @@ func (w *Waitlist) following() error {
 }
 
 func (w *Waitlist) gate(name string) (*gateMemory, error) {
-	g := w.gates[name]
+	g := w.lookup(name)
 	if g == nil {
 		return nil, Errorf(CodeUnknownGate, "unknown gate %q", name)
 	}
@@ -461,14 +794,18 @@ func (w *Waitlist) writable(gate, id string) (*gateMemory, error) {
 // onCommit is the Store's commit listener: it applies the commit to memory,
 // then tells the publisher.
 func (w *Waitlist) onCommit(c Commit) {
+	set := w.set.Load()
+	if set == nil {
+		return // a commit of New's Load, before any gate is in memory
+	}
 	for name, snap := range c.Resync {
-		if g := w.gates[name]; g != nil {
+		if g := set.m[name]; g != nil {
 			g.resync(snap)
 		}
 	}
 	var promoted []Session
 	for _, ev := range c.Events {
-		g := w.gates[ev.Session.Gate]
+		g := set.m[ev.Session.Gate]
 		if g == nil {
 			continue // a gate no longer configured
 		}
@@ -486,20 +823,47 @@ func (w *Waitlist) onCommit(c Commit) {
 				e.lastActive.Store(la)
 			}
 			e.persisted.Store(la)
+			if s.ClaimDeadline.IsZero() {
+				e.claimDeadline.Store(0)
+			} else if ev.Kind == EventPromoted {
+				e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+			}
+			if ev.Kind == EventPromoted {
+				g.line.remove(s.Position)
+				if p := g.present[s.ID]; p != nil && p.sockets > 0 {
+					// An open socket claims at once.
+					signActive(e, max(la, p.lastSeen))
+				}
+			}
 			g.mu.Unlock()
 			if ev.Kind == EventPromoted {
 				g.admitted.add(s.LastActive, 1)
 				promoted = append(promoted, s)
 			}
+			if ev.Kind != EventRefreshed {
+				g.admissions.add(s.LastActive, 1)
+			}
+			if ev.Kind == EventActivated {
+				g.joined.add(s.CreatedAt, 1)
+			}
 		case EventDeactivated:
 			g.mu.Lock()
 			delete(g.active, s.ID)
+			g.mu.Unlock()
+		case EventQueued:
+			g.mu.Lock()
+			g.line.add(s.Position)
+			g.mu.Unlock()
+			g.joined.add(s.CreatedAt, 1)
+		case EventDequeued:
+			g.mu.Lock()
+			g.line.remove(s.Position)
 			g.mu.Unlock()
 		}
 	}
 	now := w.clock.Now()
 	for name, st := range c.Gates {
-		g := w.gates[name]
+		g := set.m[name]
 		if g == nil {
 			continue
 		}
@@ -511,16 +875,25 @@ func (w *Waitlist) onCommit(c Commit) {
 	}
 	if w.pub != nil {
 		for _, s := range promoted {
-			if g := w.gates[s.Gate]; g != nil {
+			if g := set.m[s.Gate]; g != nil {
 				w.pub.PublishSession(g.sessionView(s, now))
 			}
 		}
+	}
+	if w.obs != nil {
+		w.obs(c)
 	}
 }
 
 // resync replaces the gate's active set with snap's, keeping the exact
 // LastActive of the sessions that stay.
 func (g *gateMemory) resync(snap GateSnapshot) {
+	if snap.Settings != nil && snap.Settings.Validate() == nil && snap.Settings.Name == g.cfg.Load().Name {
+		// Settings another instance changed (a shared store).
+		c := *snap.Settings
+		g.cfg.Store(&c)
+		g.runtime.Store(true)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	fresh := make(map[string]*activeEntry, len(snap.Active))
@@ -534,20 +907,30 @@ func (g *gateMemory) resync(snap GateSnapshot) {
 			e.lastActive.Store(la)
 		}
 		e.persisted.Store(la)
+		e.claimDeadline.Store(0)
+		if !s.ClaimDeadline.IsZero() {
+			e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+		}
 		fresh[s.ID] = e
 	}
 	g.active = fresh
+	g.line.reset(snap.Waiting)
 }
 
 func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
+	g.mu.RLock()
+	buckets := g.line.buckets()
+	g.mu.RUnlock()
+	cfg := g.cfg.Load()
 	return GlobalView{
-		Gate:                 g.cfg.Name,
+		Gate:                 cfg.Name,
 		FirstWaitingPosition: st.FirstWaitingPosition,
 		LastWaitingPosition:  st.LastWaitingPosition,
 		Waiting:              st.Waiting,
 		Active:               st.Active,
-		Limit:                g.cfg.ActiveLimit,
+		Limit:                cfg.ActiveLimit,
 		AdmittedPerMinute:    g.admitted.perMinute(now),
+		Buckets:              buckets,
 	}
 }
 
@@ -559,7 +942,27 @@ func (g *gateMemory) currentView(now time.Time) GlobalView {
 }
 
 func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {
-	return SessionView{GlobalView: g.currentView(now), Session: s.ID, Status: s.Status, Position: s.Position}
+	v := SessionView{GlobalView: g.currentView(now), Session: s.ID, Status: s.Status, Position: s.Position}
+	switch s.Status {
+	case StatusWaiting:
+		g.mu.RLock()
+		v.Place = g.line.ahead(s.Position) + 1
+		g.mu.RUnlock()
+	case StatusActive:
+		d := s.ClaimDeadline
+		g.mu.RLock()
+		if e := g.active[s.ID]; e != nil {
+			d = time.Time{}
+			if n := e.claimDeadline.Load(); n != 0 {
+				d = time.Unix(0, n).UTC()
+			}
+		}
+		g.mu.RUnlock()
+		if !d.IsZero() {
+			v.ClaimDeadline = &d
+		}
+	}
+	return v
 }
 
 // rateWindow counts events in ten-second buckets over the last five minutes.

@@ -12,14 +12,26 @@
  *   data-redirect-url   same-origin URL to go to once admitted (beats reload)
  *   data-text-waiting   heading                 "You are in line"
  *   data-text-place     {place} {total}         "Your place: {place} of {total}"
+ *                       (total: the people waiting)
  *   data-text-admitted  once admitted           "You're in!"
  *   data-text-info      under the place         "You'll be let in automatically - keep this tab open."
- *   data-text-left      {waiting}, when people ahead left the line
- *   data-text-eta       {eta}                   "Estimated wait: {eta}"
+ *   data-text-left      {left}: people ahead of you who left the line
+ *   data-text-eta       {eta}                   "Estimated wait: {eta}" (a range, "8-12 min")
+ *   data-text-soon      the shortest ETA        "less than a minute"
+ *   data-text-slower    why the ETA grew a lot  "Fewer people were let in over the last minutes."
+ *   data-text-faster    why it shrank a lot     "More people were let in lately."
  *   data-text-retry     while the server is unreachable  "Reconnecting..."
  *
- * API: window.anteroom = {state, view, gate, base, join(), leave(), release(), on(event, fn)}
- *   state: "joining" | "waiting" | "active" | "left"; view: the last SessionView.
+ * Presence: hiding the tab is no departure. The socket stays open while the
+ * tab is hidden and while admitted (an open socket is the session's sign of
+ * life, and claims a promotion at once); where the browser killed it in the
+ * background, the snippet asks for its status and reconnects on return,
+ * which keeps the place. Only pagehide of a waiting page sends a leave.
+ *
+ * API: window.anteroom = {state, view, place, gate, base, join(), leave(), release(),
+ *   on(event, fn), estimatePlace(globalView, position)}
+ *   state: "joining" | "waiting" | "active" | "left"; view: the last SessionView;
+ *   place: the place shown while waiting.
  *   on("waiting"|"update"|"active"|"left", fn(view)) returns an unsubscribe function.
  *   The same events are dispatched on document as CustomEvent "anteroom:<event>".
  * DOM: #anteroom-overlay (overlay root; or the target gets class anteroom-waiting),
@@ -48,8 +60,11 @@
     place: opt('text-place', 'Your place: {place} of {total}'),
     admitted: opt('text-admitted', "You're in!"),
     info: opt('text-info', "You'll be let in automatically \u2014 keep this tab open."),
-    left: opt('text-left', 'Only {waiting} still waiting \u2014 some ahead of you left.'),
+    left: opt('text-left', 'Some people ahead of you left the line.'),
     eta: opt('text-eta', 'Estimated wait: {eta}'),
+    soon: opt('text-soon', 'less than a minute'),
+    slower: opt('text-slower', 'Fewer people were let in over the last minutes.'),
+    faster: opt('text-faster', 'More people were let in lately.'),
     retry: opt('text-retry', 'Reconnecting\u2026'),
   };
   const fill = (t, o) => t.replace(/\{(\w+)\}/g, (m, k) => (k in o ? String(o[k]) : m));
@@ -70,6 +85,8 @@
   let joining = false, joinTimer = 0, joinFails = 0;
   let departed = false; // a leave beacon was sent for the current departure
   let maxPlace = 0;
+  // The place shown, and the last exact one the server counted (0: none).
+  let place = 0, exact = 0, exactPos = 0;
   const listeners = {};
 
   function resolveBase(b) {
@@ -155,6 +172,7 @@
     if (v.status === 'active') return admit(v);
     view = Object.assign({}, view, v);
     delete view.type;
+    placeFrom(v, true);
     if (state !== 'waiting') {
       state = 'waiting';
       show();
@@ -170,9 +188,16 @@
     state = 'active';
     view = Object.assign({}, view, v);
     delete view.type;
-    stopNet();
+    clearTimeout(joinTimer);
+    stopPoll();
+    // Promoted, not yet claimed: a request naming the session claims it (the
+    // open socket did already, if there is one).
+    if (v.claimDeadline) status(false);
     emit('active', view);
     const nav = navigate(wasWaiting);
+    // The socket stays open while admitted (unless the page goes): its
+    // close is the departure the sidecar's release_on_disconnect acts on.
+    if (!nav) connect();
     if (!ui) return;
     ui.title.textContent = T.admitted;
     ui.place.textContent = T.admitted; // announced (live region), shown by the title
@@ -211,12 +236,13 @@
   }
 
   let connecting = false;
+  const live = () => state === 'waiting' || state === 'active';
   async function connect() {
-    if (ws || wsTimer || connecting || state !== 'waiting') return;
+    if (ws || wsTimer || connecting || !live()) return;
     connecting = true;
     const ticket = await wsTicket();
     connecting = false;
-    if (ws || wsTimer || state !== 'waiting') return;
+    if (ws || wsTimer || !live()) return;
     let sock;
     try {
       const u = new URL(base + '/ws', location.href);
@@ -228,7 +254,16 @@
       return wsClosed();
     }
     let opened = 0;
+    // A socket stuck connecting (a browser that throttles or parks it) is
+    // given up after 10s, so the retries and the polling go on.
+    const stuck = setTimeout(() => {
+      if (sock !== ws || opened) return;
+      ws = null;
+      try { sock.close(); } catch (e) { /* never opened */ }
+      wsClosed();
+    }, 10000);
     sock.onopen = () => {
+      clearTimeout(stuck);
       opened = Date.now();
       stopPoll();
       note('');
@@ -250,9 +285,9 @@
   }
 
   function wsClosed() {
-    if (state !== 'waiting') return;
+    if (!live()) return;
     wsFails++;
-    if (wsFails >= 2) startPoll();
+    if (wsFails >= 2 && state === 'waiting') startPoll();
     wsTimer = setTimeout(() => { wsTimer = 0; connect(); }, backoff(wsFails, 500, 30000));
   }
 
@@ -260,6 +295,7 @@
     if (state !== 'waiting' || (g.gate && g.gate !== gate)) return;
     view = Object.assign({}, view, g);
     delete view.type;
+    placeFrom(g, false);
     render();
     emit('update', view);
     // The line moved past us: we were promoted (or purged). Ask, at most every 5s.
@@ -312,17 +348,17 @@
   }
 
   // ---- departure and return ---------------------------------------------
-  // Only a waiting session sends leave beacons: the server keeps its place
-  // for waiting_timeout, and a join on return clears the mark. An active
-  // session sends none, not even on pagehide: leave would only refresh it,
-  // and a release would throw the slot away on every reload or navigation
-  // inside the app. It ends by active_timeout, or by release().
-  // The departure travels as a keepalive fetch, which outlives the page and,
-  // unlike sendBeacon, carries the Authorization header; sendBeacon (cookie
-  // only) is the fallback where keepalive fetch is missing.
+  // Hiding the tab is no departure: the socket stays open, and the sidecar
+  // keeps the place for waiting_timeout after the last sign of life. Only
+  // pagehide (the page unloaded, or put in the back/forward cache) of a
+  // waiting page sends a leave. An active page sends none: its socket
+  // closing is the departure (release_on_disconnect), and a leave would not
+  // end it. The leave travels as a keepalive fetch, which outlives the page
+  // and, unlike sendBeacon, carries the Authorization header; sendBeacon
+  // (cookie only) is the fallback where keepalive fetch is missing.
   let departedAt = 0;
   function depart() {
-    if (state !== 'waiting' || departed) return false;
+    if (state !== 'waiting' || departed) return;
     departed = true;
     departedAt = Date.now();
     const path = '/api/leave?gate=' + enc(gate);
@@ -334,33 +370,44 @@
     if (!sent) {
       try { navigator.sendBeacon(base + path); } catch (e) { /* gone */ }
     }
-    return true;
   }
 
+  // Back: the tab visible again, the page restored from the back/forward
+  // cache, the network back. The browser may have killed the socket in the
+  // background: a status call (a sign of life, the exact place; a session
+  // purged meanwhile joins again) and a reconnect. Joining again keeps the
+  // place of a session that still exists.
   function back() {
+    if (state === 'active') return reconnect();
     if (state !== 'waiting') return;
     if (departed) {
       departed = false;
-      join(); // clears the departure mark; onView reconnects
-      // The beacon and this join travel independently: a beacon that lands
-      // after the join would leave the mark set. Back soon after leaving,
-      // join once more a little later (join is idempotent).
+      join();
+      // The leave and this join travel independently: back soon after
+      // leaving, join once more a little later (join is idempotent).
       if (Date.now() - departedAt < 2000) {
         setTimeout(() => { if (state === 'waiting' && !departed) join(); }, 1000);
       }
-    } else {
-      connect();
+      return;
     }
+    status(false);
+    reconnect();
+  }
+  // Connect now, not at the end of a backoff that may have grown while the
+  // socket kept failing in the background.
+  function reconnect() {
+    if (ws) return;
+    clearTimeout(wsTimer);
+    wsTimer = 0;
+    connect();
   }
 
   addEventListener('pagehide', depart);
-  // If the unload is cancelled (the app's "leave site?" prompt), we are
-  // still here a second later: take the departure back.
-  addEventListener('beforeunload', () => { if (depart()) setTimeout(back, 1000); });
   addEventListener('pageshow', (e) => { if (e.persisted) back(); });
+  addEventListener('online', back);
+  document.addEventListener('resume', back);
   document.addEventListener('visibilitychange', () => {
-    if (document.visibilityState === 'hidden') depart();
-    else back();
+    if (document.visibilityState === 'visible') back();
   });
 
   // ---- UI -----------------------------------------------------------------
@@ -474,33 +521,100 @@
     if (ui) ui.note.textContent = t;
   }
 
-  // An estimate needs evidence: admittedPerMinute is over the last five
-  // minutes, so at least 3 admissions in them (the sidecar itself reports 0
-  // until they span a minute). One admission is no rate.
-  const etaEvidence = (rate) => rate * 5 >= 3 - 1e-9;
-  const eta = (min) => (min < 1 ? 'under a minute'
-    : min < 90 ? 'about ' + Math.ceil(min) + ' min'
-      : 'about ' + Math.round(min / 60) + ' h');
+  const num = (x) => Math.trunc(Number(x)) || 0;
+  // Go's int64 division (truncating), exact beyond 2^53 where BigInt exists.
+  const idiv = (a, b) => (typeof BigInt === 'function'
+    ? Number(BigInt(a) / BigInt(b)) : Math.trunc(a / b));
+
+  // estimatePlace is session.GlobalView.EstimatePlace, the same arithmetic:
+  // the waiters of every bucket that ends before the position, plus a
+  // rounded interpolation inside its own bucket, plus one; without buckets,
+  // Convex's position - first + 1; 0 when the position is not in the line.
+  function estimatePlace(g, position) {
+    const first = num(g && g.firstWaitingPosition), last = num(g && g.lastWaitingPosition);
+    position = num(position);
+    if (!g || num(g.waiting) === 0 || position < first || position > last) return 0;
+    const off = position - first;
+    const b = Array.isArray(g.buckets) ? g.buckets.map(num) : [];
+    if (b.length < 2) return off + 1;
+    let ahead = 0;
+    for (let i = 0; i + 1 < b.length; i += 2) {
+      const start = b[i], count = b[i + 1];
+      const end = i + 2 < b.length ? b[i + 2] - 1 : last - first;
+      if (off > end) {
+        ahead += count;
+        continue;
+      }
+      if (off <= start || count <= 1 || end <= start) return ahead + 1;
+      const span = end - start;
+      return ahead + idiv(2 * (count - 1) * (off - start) + span, 2 * span) + 1;
+    }
+    return ahead + 1;
+  }
+
+  // The place shown: the server's exact place from every SessionView (join,
+  // status, session messages); between them, the estimate from the global
+  // message, never above the last exact place (nobody gets ahead of a
+  // waiter, so its place only goes down).
+  function placeFrom(v, fromSession) {
+    const p = num(v.place), pos = num(view.position);
+    if (fromSession && p > 0) {
+      exact = place = p;
+      exactPos = pos;
+      return;
+    }
+    const est = estimatePlace(view, pos);
+    if (est > 0) place = exact > 0 && exactPos === pos ? Math.min(exact, est) : est;
+    else if (!place) place = Math.max(1, num(view.position) - num(view.firstWaitingPosition) + 1);
+  }
+
+  // An estimate needs evidence: the sidecar reports admittedPerMinute 0
+  // until it has some (3 admissions over at least a minute of the last
+  // five), and a rate below 3 in five minutes is none either.
+  const etaEvidence = (rate) => rate > 0 && rate * 5 >= 3 - 1e-9;
+  // A range of +-20% around place / rate, rounded outwards.
+  function etaRange(min) {
+    if (min < 1) return T.soon;
+    const unit = min < 90 ? ' min' : ' h';
+    const x = min < 90 ? min : min / 60;
+    const lo = Math.max(1, Math.floor(x * 0.8));
+    return lo + '\u2013' + Math.max(lo + 1, Math.ceil(x * 1.2)) + unit;
+  }
+  // The last ETA (minutes) and rate, to say why the ETA moved a lot.
+  let etaLast = 0, rateLast = 0, why = '', whyUntil = 0;
+  function etaLines(p, rate) {
+    if (!etaEvidence(rate)) {
+      etaLast = 0;
+      return [];
+    }
+    const min = p / rate;
+    if (etaLast > 0 && Math.abs(min - etaLast) > etaLast / 2) {
+      if (min > etaLast && rate < rateLast) why = T.slower;
+      else if (min < etaLast && rate > rateLast) why = T.faster;
+      else why = '';
+      whyUntil = Date.now() + 60000;
+    }
+    etaLast = min;
+    rateLast = rate;
+    const out = [fill(T.eta, { eta: etaRange(min) })];
+    if (why && Date.now() < whyUntil) out.push(why);
+    return out;
+  }
 
   function render() {
     if (!ui || !view || state !== 'waiting') return;
-    const first = Number(view.firstWaitingPosition) || 0;
-    const place = Math.max(1, Number(view.position) - first + 1) || 1;
-    const total = Math.max(place, Number(view.lastWaitingPosition) - first + 1) || place;
-    const waiting = Number(view.waiting) || 0;
-    const rate = Number(view.admittedPerMinute) || 0;
-    ui.place.textContent = fill(T.place, { place, total });
-    // Positions count people who left; the real count corrects the estimate.
-    let real = place;
+    const p = Math.max(1, place);
+    const waiting = num(view.waiting);
+    const total = Math.max(p, waiting);
+    ui.place.textContent = fill(T.place, { place: p, total });
     const hint = [];
-    if (waiting > 0 && waiting < total) {
-      hint.push(fill(T.left, { waiting }));
-      real = Math.max(1, (place * waiting) / total);
-    }
-    if (etaEvidence(rate)) hint.push(fill(T.eta, { eta: eta(real / rate) }));
+    // People ahead left when the place is below Convex's upper bound.
+    const left = num(view.position) - num(view.firstWaitingPosition) + 1 - p;
+    if (left > 0) hint.push(fill(T.left, { left }));
+    hint.push(...etaLines(p, Number(view.admittedPerMinute) || 0));
     ui.hint.textContent = hint.join(' ');
-    maxPlace = Math.max(maxPlace, place);
-    ui.bar.style.width = Math.max(4, (100 * (maxPlace - place)) / maxPlace) + '%';
+    maxPlace = Math.max(maxPlace, p);
+    ui.bar.style.width = Math.max(4, (100 * (maxPlace - p)) / maxPlace) + '%';
   }
 
   // ---- API ------------------------------------------------------------------
@@ -526,6 +640,8 @@
   window.anteroom = Object.freeze({
     get state() { return state; },
     get view() { return view; },
+    get place() { return state === 'waiting' ? place : 0; },
+    estimatePlace,
     gate,
     base,
     // join(): again after leave()/release(), or to refresh the view now.

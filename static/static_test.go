@@ -35,7 +35,7 @@ func TestSnippetIsPlainJSAndFollowsTheContract(t *testing.T) {
 	assert.NotRegexp(t, `(?m)^\s*(import|export)\s`, js)
 	assert.Contains(t, js, "(() => {")
 	assert.Contains(t, js, "window.anteroom = ")
-	assert.Less(t, len(js), 24*1024, "keep the snippet small")
+	assert.Less(t, len(js), 28*1024, "keep the snippet small")
 
 	for _, want := range []string{
 		"/api/join", "/api/leave", "/api/release", "/api/status", "/ws",
@@ -44,12 +44,17 @@ func TestSnippetIsPlainJSAndFollowsTheContract(t *testing.T) {
 		"'global'", "'session'", "'waiting'", "'active'",
 		"anteroom-overlay", "anteroom-waiting", "anteroom-place", "anteroom-style",
 		"'anteroom:' + name", "aria-live", "prefers-reduced-motion",
-		"pagehide", "beforeunload", "visibilitychange", "pageshow",
+		"pagehide", "visibilitychange", "pageshow", "'online'", "claimDeadline", "buckets", "estimatePlace",
 		"data-", "currentScript",
 		"Your place: {place} of {total}", "You are in line", "You're in!",
 	} {
 		assert.Contains(t, js, want)
 	}
+	// Hiding the tab is no departure: nothing but pagehide sends a leave
+	// (beforeunload fires for prompts that may be cancelled).
+	assert.NotContains(t, js, "beforeunload")
+	assert.Contains(t, js, "addEventListener('pagehide', depart)")
+	assert.Equal(t, 1, strings.Count(js, "depart)"), "depart is called from pagehide only")
 	// The session token never goes into a URL (access logs): only the
 	// Authorization header carries it.
 	assert.NotContains(t, js, "session=")

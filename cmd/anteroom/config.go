@@ -43,6 +43,8 @@ type Config struct {
 	AllowedOrigins    []string              `yaml:"allowed_origins"`
 	Demo              *bool                 `yaml:"demo"`
 	LogLevel          string                `yaml:"log_level"`
+	AdminToken        string                `yaml:"admin_token"`
+	AccessLog         bool                  `yaml:"access_log"`
 	RateLimit         RateLimitConfig       `yaml:"rate_limit"`
 	TrustedProxies    []string              `yaml:"trusted_proxies"`
 	Websocket         WebsocketConfig       `yaml:"websocket"`
@@ -54,6 +56,17 @@ type GateConfig struct {
 	ActiveLimit    *int64   `yaml:"active_limit"`
 	ActiveTimeout  Duration `yaml:"active_timeout"`
 	WaitingTimeout Duration `yaml:"waiting_timeout"`
+	// ClaimTimeout: a promoted session that shows no sign of life within it
+	// loses its slot to the next waiter (0: off). Unset: 60s.
+	ClaimTimeout *Duration `yaml:"claim_timeout"`
+	// ReleaseOnDisconnect: the grace after an active session's last socket
+	// closed before its slot is freed (0: off). Unset: off, but 3s when the
+	// demo is served.
+	ReleaseOnDisconnect *Duration `yaml:"release_on_disconnect"`
+	// Mode is open (default), queue_all or reject (session.Mode).
+	Mode string `yaml:"mode"`
+	// NewUsersPerMinute paces admissions (0: no pacing).
+	NewUsersPerMinute int64 `yaml:"new_users_per_minute"`
 }
 
 // RateLimitConfig bounds the client API per client IP.
@@ -108,14 +121,20 @@ const (
 	defaultGate                = "default"
 	defaultActiveLimit         = 100
 	defaultActiveTimeout       = 5 * time.Minute
-	defaultWaitingTimeout      = time.Minute
+	defaultWaitingTimeout      = 5 * time.Minute
+	defaultClaimTimeout        = time.Minute
 	minSecretLength            = 32
 	minAPIKeyLength            = 16
+	minAdminTokenLength        = 32
 	defaultRatePerSecond       = 5.0
 	defaultRateBurst           = 20
 	defaultMaxSockets          = 10000
 	defaultMaxSocketsPerClient = 100
 )
+
+// demoReleaseOnDisconnect is release_on_disconnect's default when the
+// demo is served: a closed demo tab frees its slot at once.
+const demoReleaseOnDisconnect = 3 * time.Second
 
 // Connection defaults: the upstream's time to send response headers, and
 // the connections one client address may hold open.
@@ -416,6 +435,11 @@ var settings = []setting{
 	}},
 	{key: "allowed_origins", env: "ANTEROOM_ALLOWED_ORIGINS", want: "list", apply: func(c *Config, v string) error { c.AllowedOrigins = splitList(v); return nil }},
 	{key: "log_level", env: "ANTEROOM_LOG_LEVEL", want: "debug, info, warn or error", apply: func(c *Config, v string) error { c.LogLevel = v; return nil }},
+	{key: "admin_token", env: "ANTEROOM_ADMIN_TOKEN", want: "32+ characters", apply: func(c *Config, v string) error { c.AdminToken = v; return nil }},
+	{key: "access_log", env: "ANTEROOM_ACCESS_LOG", want: "true or false", apply: func(c *Config, v string) (err error) {
+		c.AccessLog, err = parseBool(v)
+		return err
+	}},
 	{key: "gates.<name>.active_limit", env: "ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT", want: "whole number", applyGate: func(g *GateConfig, v string) error {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
@@ -433,6 +457,28 @@ var settings = []setting{
 		d, err := parseDuration(v)
 		g.WaitingTimeout = Duration(d)
 		return err
+	}},
+	{key: "gates.<name>.claim_timeout", env: "ANTEROOM_GATES_<NAME>_CLAIM_TIMEOUT", want: "duration", applyGate: func(g *GateConfig, v string) error {
+		d, err := parseDuration(v)
+		g.ClaimTimeout = (*Duration)(&d)
+		return err
+	}},
+	{key: "gates.<name>.release_on_disconnect", env: "ANTEROOM_GATES_<NAME>_RELEASE_ON_DISCONNECT", want: "duration", applyGate: func(g *GateConfig, v string) error {
+		d, err := parseDuration(v)
+		g.ReleaseOnDisconnect = (*Duration)(&d)
+		return err
+	}},
+	{key: "gates.<name>.mode", env: "ANTEROOM_GATES_<NAME>_MODE", want: "open, queue_all or reject", applyGate: func(g *GateConfig, v string) error {
+		g.Mode = strings.TrimSpace(v)
+		return nil
+	}},
+	{key: "gates.<name>.new_users_per_minute", env: "ANTEROOM_GATES_<NAME>_NEW_USERS_PER_MINUTE", want: "whole number", applyGate: func(g *GateConfig, v string) error {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return fmt.Errorf("want a whole number such as 600 (0: no pacing), not %s", quote(v))
+		}
+		g.NewUsersPerMinute = n
+		return nil
 	}},
 }
 
@@ -455,8 +501,8 @@ var kubernetesServiceLink = regexp.MustCompile(`^ANTEROOM_(SERVICE_HOST|SERVICE_
 
 // applyEnv applies the ANTEROOM_* overrides of settings, in sorted order of
 // their names. Lists are comma-separated. Per gate the variables are
-// ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT, _ACTIVE_TIMEOUT and _WAITING_TIMEOUT,
-// where <NAME> is the gate's name in upper case with '-' and '.' as '_'; a
+// ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT, _ACTIVE_TIMEOUT, _WAITING_TIMEOUT,
+// _CLAIM_TIMEOUT and _RELEASE_ON_DISCONNECT, where <NAME> is the gate's name in upper case with '-' and '.' as '_'; a
 // gate named only in the environment is created (its name in lower case).
 // A variable that names no setting is returned as a warning. It returns an
 // error naming the variable when a value is malformed, or when two
@@ -724,6 +770,20 @@ func (c *Config) fillDefaults() {
 		if g.WaitingTimeout == 0 {
 			g.WaitingTimeout = Duration(defaultWaitingTimeout)
 		}
+		if g.ClaimTimeout == nil {
+			d := Duration(defaultClaimTimeout)
+			g.ClaimTimeout = &d
+		}
+		if g.ReleaseOnDisconnect == nil {
+			var d Duration
+			if c.DemoServed() {
+				d = Duration(demoReleaseOnDisconnect)
+			}
+			g.ReleaseOnDisconnect = &d
+		}
+		if g.Mode == "" {
+			g.Mode = string(session.ModeOpen)
+		}
 		c.Gates[name] = g
 	}
 }
@@ -747,6 +807,9 @@ func (c Config) Validate() error {
 	}
 	if c.Secret != "" && len(c.Secret) < minSecretLength {
 		return bad("secret", "must be at least %d characters (or empty to generate one)", minSecretLength)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenLength {
+		return bad("admin_token", "must be at least %d characters (or empty: /metrics open, admin off)", minAdminTokenLength)
 	}
 	if c.SecretPrevious != "" && len(c.SecretPrevious) < minSecretLength {
 		return bad("secret_previous", "must be at least %d characters (or empty: no rotation)", minSecretLength)
@@ -830,7 +893,19 @@ func (c Config) Validate() error {
 			return bad(key+".active_timeout", "must be a positive duration such as \"5m\"")
 		}
 		if g.WaitingTimeout <= 0 {
-			return bad(key+".waiting_timeout", "must be a positive duration such as \"1m\"")
+			return bad(key+".waiting_timeout", "must be a positive duration such as \"5m\"")
+		}
+		if g.ClaimTimeout != nil && *g.ClaimTimeout < 0 {
+			return bad(key+".claim_timeout", "must not be negative (0 turns the claim window off)")
+		}
+		if g.ReleaseOnDisconnect != nil && *g.ReleaseOnDisconnect < 0 {
+			return bad(key+".release_on_disconnect", "must not be negative (0 turns it off)")
+		}
+		if m := session.Mode(g.Mode); !m.Valid() {
+			return bad(key+".mode", "%s: want open, queue_all or reject", quote(g.Mode))
+		}
+		if g.NewUsersPerMinute < 0 || g.NewUsersPerMinute > session.MaxNewUsersPerMinute {
+			return bad(key+".new_users_per_minute", "must be 0 (no pacing) or a positive number of admissions per minute")
 		}
 	}
 	return nil
@@ -862,6 +937,12 @@ func (c Config) TrustedNetworks() ([]*net.IPNet, error) {
 	return out, nil
 }
 
+// DemoServed reports whether the demo app is served: demo is on (the
+// default) and no upstream is set. Defaults must have been filled.
+func (c Config) DemoServed() bool {
+	return c.Upstream == "" && (c.Demo == nil || *c.Demo)
+}
+
 // SessionGates returns the gates as the session package wants them, sorted
 // by name.
 func (c Config) SessionGates() []session.GateConfig {
@@ -869,11 +950,19 @@ func (c Config) SessionGates() []session.GateConfig {
 	for _, name := range sortedKeys(c.Gates) {
 		g := c.Gates[name]
 		out = append(out, session.GateConfig{
-			Name:           name,
-			ActiveLimit:    *g.ActiveLimit,
-			ActiveTimeout:  time.Duration(g.ActiveTimeout),
-			WaitingTimeout: time.Duration(g.WaitingTimeout),
+			Name:              name,
+			ActiveLimit:       *g.ActiveLimit,
+			ActiveTimeout:     time.Duration(g.ActiveTimeout),
+			WaitingTimeout:    time.Duration(g.WaitingTimeout),
+			Mode:              session.Mode(g.Mode),
+			NewUsersPerMinute: g.NewUsersPerMinute,
 		})
+		if g.ClaimTimeout != nil {
+			out[len(out)-1].ClaimTimeout = time.Duration(*g.ClaimTimeout)
+		}
+		if g.ReleaseOnDisconnect != nil {
+			out[len(out)-1].ReleaseOnDisconnect = time.Duration(*g.ReleaseOnDisconnect)
+		}
 	}
 	return out
 }

@@ -21,7 +21,8 @@ func TestExampleConfigParsesAndValidates(t *testing.T) {
 	assert.Equal(t, "anteroom.db", cfg.Database)
 	assert.Equal(t, "1m", cfg.UpdateInterval)
 	assert.Equal(t, 250*time.Millisecond, time.Duration(cfg.BroadcastInterval))
-	assert.Equal(t, []session.GateConfig{{Name: "default", ActiveLimit: 100, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute}}, cfg.SessionGates())
+	assert.Equal(t, []session.GateConfig{{Name: "default", ActiveLimit: 100, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute,
+		ClaimTimeout: time.Minute, ReleaseOnDisconnect: 3 * time.Second, Mode: session.ModeOpen}}, cfg.SessionGates(), "the demo releases a closed tab's slot after 3s")
 
 	// The example states the defaults: no file at all gives the same config.
 	none, _, err := LoadConfig("", nil)
@@ -130,10 +131,11 @@ gates:
 	assert.Equal(t, "10s", cfg.UpdateInterval)
 	assert.Equal(t, []string{"a.example.com", "*.b.example.com"}, cfg.AllowedOrigins)
 	assert.Equal(t, time.Second, time.Duration(cfg.BroadcastInterval))
+	const demo = 3 * time.Second // release_on_disconnect while the demo is served
 	assert.Equal(t, []session.GateConfig{
-		{Name: "default", ActiveLimit: 7, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute},
-		{Name: "extra", ActiveLimit: 1, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute},
-		{Name: "vip-room", ActiveLimit: 2, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 30 * time.Second},
+		{Name: "default", ActiveLimit: 7, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute, ClaimTimeout: time.Minute, ReleaseOnDisconnect: demo, Mode: session.ModeOpen},
+		{Name: "extra", ActiveLimit: 1, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute, ClaimTimeout: time.Minute, ReleaseOnDisconnect: demo, Mode: session.ModeOpen},
+		{Name: "vip-room", ActiveLimit: 2, ActiveTimeout: 5 * time.Minute, WaitingTimeout: 30 * time.Second, ClaimTimeout: time.Minute, ReleaseOnDisconnect: demo, Mode: session.ModeOpen},
 	}, cfg.SessionGates())
 }
 
@@ -177,7 +179,7 @@ func TestUnknownEnvironmentVariablesWarn(t *testing.T) {
 		{name: "kubernetes named service port", env: "ANTEROOM_SERVICE_PORT_HTTP=8080", kubernetes: true},
 		{name: "typo", env: "ANTEROOM_LISTN=127.0.0.1:1", wantNearest: "ANTEROOM_LISTEN"},
 		{name: "typo of a secret", env: "ANTEROOM_SECRT=" + strings.Repeat("k", 40), wantNearest: "ANTEROOM_SECRET"},
-		{name: "unknown gate field", env: "ANTEROOM_GATES_DEFAULT_LIMIT=3", wantNearest: "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT"},
+		{name: "unknown gate field", env: "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMITS=3", wantNearest: "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT"},
 		{name: "gate field typo", yaml: "gates:\n  vip-room: {}\n", env: "ANTEROOM_GATES_VIP_ROOM_WAITING_TIMOUT=1m", wantNearest: "ANTEROOM_GATES_VIP_ROOM_WAITING_TIMEOUT"},
 		{name: "gate without a name", env: "ANTEROOM_GATES__ACTIVE_LIMIT=3", wantNearest: "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT"},
 		{name: "bare prefix", env: "ANTEROOM_=1"},
@@ -246,4 +248,79 @@ func TestDemoDefaultsOnAndCanBeTurnedOff(t *testing.T) {
 	cfg, _, err = LoadConfig("", []string{"ANTEROOM_DEMO=0"})
 	require.NoError(t, err)
 	assert.False(t, *cfg.Demo)
+}
+
+// claim_timeout (default 60s, 0 off) and release_on_disconnect (default off,
+// 3s while the demo is served unless set) per gate, from the file or the
+// environment, reach the session's GateConfig; negative values are refused.
+func TestClaimTimeoutAndReleaseOnDisconnect(t *testing.T) {
+	tests := []struct {
+		name           string
+		yaml           string
+		env            []string
+		claim, release time.Duration
+		wantErr        string
+	}{
+		{name: "defaults: the demo", claim: time.Minute, release: 3 * time.Second},
+		{name: "defaults: demo off", yaml: "demo: false\n", claim: time.Minute, release: 0},
+		{name: "defaults: reverse proxy", yaml: "upstream: http://127.0.0.1:3000\n", claim: time.Minute, release: 0},
+		{name: "demo, release set off", yaml: "gates:\n  default:\n    release_on_disconnect: 0s\n", claim: time.Minute, release: 0},
+		{name: "null is unset", yaml: "gates:\n  default:\n    release_on_disconnect: null\n    claim_timeout: ~\n", claim: time.Minute, release: 3 * time.Second},
+		{name: "file", yaml: "upstream: http://127.0.0.1:3000\ngates:\n  default:\n    claim_timeout: 15s\n    release_on_disconnect: 2s\n", claim: 15 * time.Second, release: 2 * time.Second},
+		{name: "claim off", yaml: "gates:\n  default:\n    claim_timeout: \"0\"\n", claim: 0, release: 3 * time.Second},
+		{name: "environment", env: []string{"ANTEROOM_GATES_DEFAULT_CLAIM_TIMEOUT=30s", "ANTEROOM_GATES_DEFAULT_RELEASE_ON_DISCONNECT=500ms"}, claim: 30 * time.Second, release: 500 * time.Millisecond},
+		{name: "environment beats the file", yaml: "gates:\n  default:\n    claim_timeout: 15s\n", env: []string{"ANTEROOM_GATES_DEFAULT_CLAIM_TIMEOUT=0"}, claim: 0, release: 3 * time.Second},
+		{name: "negative claim", yaml: "gates:\n  default:\n    claim_timeout: -1s\n", wantErr: "gates.default.claim_timeout: must not be negative"},
+		{name: "negative release", env: []string{"ANTEROOM_GATES_DEFAULT_RELEASE_ON_DISCONNECT=-3s"}, wantErr: "gates.default.release_on_disconnect: must not be negative"},
+		{name: "not a duration", env: []string{"ANTEROOM_GATES_DEFAULT_CLAIM_TIMEOUT=soon"}, wantErr: "ANTEROOM_GATES_DEFAULT_CLAIM_TIMEOUT"},
+		{name: "not a duration in the file", yaml: "gates:\n  default:\n    release_on_disconnect: [1s]\n", wantErr: `key "gates.default.release_on_disconnect" at line 3`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.yaml != "" {
+				path = writeConfig(t, tt.yaml)
+			}
+			cfg, _, err := LoadConfig(path, tt.env)
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			gates := cfg.SessionGates()
+			require.Len(t, gates, 1)
+			assert.Equal(t, tt.claim, gates[0].ClaimTimeout, "claim_timeout")
+			assert.Equal(t, tt.release, gates[0].ReleaseOnDisconnect, "release_on_disconnect")
+			assert.Equal(t, 5*time.Minute, gates[0].WaitingTimeout, "waiting_timeout: a locked phone keeps its place for minutes")
+		})
+	}
+}
+
+func TestGateModeAndPacingConfig(t *testing.T) {
+	cfg, _, err := LoadConfig(writeConfig(t, "gates:\n  sale:\n    mode: queue_all\n    new_users_per_minute: 600\n"), []string{"ANTEROOM_GATES_VIP_MODE=reject", "ANTEROOM_GATES_VIP_NEW_USERS_PER_MINUTE=30"})
+	require.NoError(t, err)
+	gates := cfg.SessionGates()
+	require.Len(t, gates, 2)
+	assert.Equal(t, [2]any{session.ModeQueueAll, int64(600)}, [2]any{gates[0].Mode, gates[0].NewUsersPerMinute})
+	assert.Equal(t, [2]any{session.ModeReject, int64(30)}, [2]any{gates[1].Mode, gates[1].NewUsersPerMinute})
+
+	for _, tc := range []struct{ yaml, env, key string }{
+		{"gates:\n  default:\n    mode: closed\n", "", "gates.default.mode"},
+		{"gates:\n  default:\n    mode: OPEN\n", "", "gates.default.mode"},
+		{"gates:\n  default:\n    new_users_per_minute: -1\n", "", "gates.default.new_users_per_minute"},
+		{"", "ANTEROOM_GATES_DEFAULT_NEW_USERS_PER_MINUTE=fast", "ANTEROOM_GATES_DEFAULT_NEW_USERS_PER_MINUTE"},
+		{"", "ANTEROOM_ADMIN_TOKEN=short", "admin_token"},
+	} {
+		path := ""
+		if tc.yaml != "" {
+			path = writeConfig(t, tc.yaml)
+		}
+		_, _, err := LoadConfig(path, []string{tc.env})
+		require.Error(t, err, tc.yaml+tc.env)
+		assert.Contains(t, err.Error(), tc.key)
+	}
+	cfg, _, err = LoadConfig("", []string{"ANTEROOM_ADMIN_TOKEN=" + strings.Repeat("t", 32)})
+	require.NoError(t, err)
+	assert.Equal(t, strings.Repeat("t", 32), cfg.AdminToken)
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/anteroomhq/anteroom/broadcast"
 	"github.com/anteroomhq/anteroom/cronjobs"
 	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/metrics"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -81,8 +82,9 @@ name in upper case with '-' and '.' as '_'.
 }
 
 // run is the whole program: it returns when ctx is done (after a graceful
-// shutdown) or when starting fails. ready, when not nil, is called with the
-// address the server listens on once it accepts connections.
+// shutdown) or when starting fails. It listens at once, answering 503 but
+// on /healthz while it loads; ready, when not nil, is called with the
+// address it listens on once it serves every route.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, ready func(addr string)) error {
 	fs := flag.NewFlagSet("anteroom", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; -h prints usage to stdout
@@ -119,8 +121,61 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	if err != nil {
 		return fmt.Errorf("config: update_interval: %w", err)
 	}
+	trusted, err := cfg.TrustedNetworks()
+	if err != nil {
+		return err
+	}
+	var upstream *url.URL
+	if cfg.Upstream != "" {
+		if upstream, err = url.Parse(cfg.Upstream); err != nil {
+			return fmt.Errorf("config: upstream: %w", err)
+		}
+	}
+	hooks := startHooksOf(ctx)
 
-	store, storeReady, err := openStore(ctx, cfg.Database, log)
+	// Listen at once: while the store opens and the waitlist loads (a big
+	// database takes a while), /healthz says the process is alive, /readyz
+	// says it is starting, and every other route answers 503 with
+	// Retry-After. The full handler replaces that one when loaded. The same
+	// bounds in every mode: in reverse-proxy mode too a request must arrive
+	// within the read timeout, but for a proxied body, which may take as long
+	// as it keeps arriving (gate.ProxyOptions.BodyIdleTimeout).
+	timeouts := defaultTimeouts
+	var current switchHandler
+	current.set(startingHandler{})
+	srv := newHTTPServer(&current, log, timeouts)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if n := *cfg.MaxConnsPerIP; n > 0 {
+		limiter := newConnLimiter(n, trusted)
+		ln = limiter.Listener(ln)
+		srv.ConnState = limiter.ConnState
+	}
+	addr := ln.Addr().String()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	defer srv.Close() // a failed start; after Shutdown it does nothing
+	log.Info("anteroom: listening, starting", "url", "http://"+addr+"/", "database", databaseForLog(cfg.Database), "version", buildVersion())
+	if hooks.listening != nil {
+		hooks.listening(addr)
+	}
+
+	hub := broadcast.New(broadcast.Options{
+		Interval:                time.Duration(cfg.BroadcastInterval),
+		OriginPatterns:          cfg.AllowedOrigins,
+		MaxConnections:          *cfg.Websocket.MaxConnections,
+		MaxConnectionsPerClient: *cfg.Websocket.MaxPerClient,
+		Logger:                  log,
+	})
+	defer hub.Close()
+	met := metrics.New(metrics.Options{Hub: hub})
+
+	if hooks.loading != nil {
+		hooks.loading()
+	}
+	store, storeReady, err := openStore(ctx, cfg.Database, log, met.ObserveStoreCommit)
 	if err != nil {
 		return err
 	}
@@ -141,16 +196,13 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		return fmt.Errorf("config: secret: %w", err)
 	}
 
-	hub := broadcast.New(broadcast.Options{
-		Interval:                time.Duration(cfg.BroadcastInterval),
-		OriginPatterns:          cfg.AllowedOrigins,
-		MaxConnections:          *cfg.Websocket.MaxConnections,
-		MaxConnectionsPerClient: *cfg.Websocket.MaxPerClient,
-		Logger:                  log,
+	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{
+		Publisher:      hub,
+		Logger:         log,
+		Observer:       met.ObserveCommit,
+		UpdateObserver: met.ObserveUpdate,
+		Ready:          storeReady,
 	})
-	defer hub.Close()
-
-	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{Publisher: hub, Logger: log, Ready: storeReady})
 	if err != nil {
 		return err
 	}
@@ -159,6 +211,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 			log.Error("anteroom: persisting last refreshes", "err", err)
 		}
 	}()
+	met.SetWaitlist(waitlist)
 	// One update at start fills slots freed while the sidecar was down or by
 	// a raised limit, without waiting for the first tick.
 	if err := cronjobs.RunUpdate(ctx, waitlist, log); err != nil {
@@ -171,25 +224,21 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		_ = scheduler.Stop(stopCtx)
 	}()
 
-	trusted, err := cfg.TrustedNetworks()
-	if err != nil {
-		return err
-	}
-	// The same bounds in every mode: in reverse-proxy mode too a request
-	// must arrive within the read timeout, but for a proxied body, which may
-	// take as long as it keeps arriving (gate.ProxyOptions.BodyIdleTimeout).
-	timeouts := defaultTimeouts
 	opts := gate.Options{
 		BasePath:       cfg.BasePath,
 		Waitlist:       waitlist,
 		Signer:         signer,
 		Hub:            hub,
-		Demo:           cfg.Upstream == "" && *cfg.Demo,
+		Demo:           cfg.DemoServed(),
 		APIKeys:        cfg.APIKeys,
 		AllowedOrigins: cfg.AllowedOrigins,
+		AdminToken:     cfg.AdminToken,
 		RateLimit:      gate.RateLimitOptions{PerSecond: *cfg.RateLimit.PerSecond, Burst: cfg.RateLimit.Burst},
 		TrustedProxies: trusted,
 		Logger:         log,
+		Metrics:        met.Handler(),
+		AccessLog:      cfg.AccessLog,
+		AccessLogKey:   accessLogKey(secret),
 		// /readyz answers 503 while the store cannot write (disk full, I/O
 		// errors, its file removed) or, on a shared store, while this
 		// instance does not follow the others' commits.
@@ -204,11 +253,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 			return waitlist.Ready(ctx)
 		},
 	}
-	if cfg.Upstream != "" {
-		upstream, err := url.Parse(cfg.Upstream)
-		if err != nil {
-			return fmt.Errorf("config: upstream: %w", err)
-		}
+	if upstream != nil {
 		opts.Proxy = gate.ProxyOptions{Upstream: upstream, Protect: cfg.Protect, Bypass: cfg.Bypass,
 			ResponseHeaderTimeout: time.Duration(cfg.UpstreamTimeout),
 			// A proxied body may take as long as it keeps arriving (uploads to
@@ -220,25 +265,13 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	if err != nil {
 		return err
 	}
-	srv := newHTTPServer(handler, log, timeouts)
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
-	if n := *cfg.MaxConnsPerIP; n > 0 {
-		limiter := newConnLimiter(n, trusted)
-		ln = limiter.Listener(ln)
-		srv.ConnState = limiter.ConnState
-	}
-	addr := ln.Addr().String()
-	log.Info("anteroom: listening", "url", "http://"+addr+"/", "base_path", cfg.BasePath, "upstream", cfg.Upstream,
+	current.set(handler)
+	log.Info("anteroom: ready", "url", "http://"+addr+"/", "base_path", cfg.BasePath, "upstream", cfg.Upstream,
 		"database", databaseForLog(cfg.Database), "gates", strings.Join(waitlist.Gates(), ","), "version", buildVersion())
 	if ready != nil {
 		ready(addr)
 	}
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/postgres"
@@ -29,7 +30,7 @@ func isPostgres(database string) bool {
 // openStore opens the shared Postgres store for a postgres:// URL, else the
 // SQLite file. ready reports whether the store follows the other instances,
 // for /readyz and validate; it is nil for SQLite, which has no others.
-func openStore(ctx context.Context, database string, log *slog.Logger) (store appStore, ready func() error, err error) {
+func openStore(ctx context.Context, database string, log *slog.Logger, onCommit func(ops int, d time.Duration)) (store appStore, ready func() error, err error) {
 	if isPostgres(database) {
 		pg, err := postgres.Open(ctx, strings.TrimSpace(database), postgres.Options{Logger: log})
 		if err != nil {
@@ -37,7 +38,7 @@ func openStore(ctx context.Context, database string, log *slog.Logger) (store ap
 		}
 		return pg, pg.Ready, nil
 	}
-	lite, err := sqlite.Open(database, sqlite.Options{Logger: log})
+	lite, err := sqlite.Open(database, sqlite.Options{Logger: log, OnCommit: onCommit})
 	if err != nil {
 		return nil, nil, err
 	}

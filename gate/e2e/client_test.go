@@ -25,8 +25,9 @@ import (
 // with views the test chooses, recording every request: what the snippet
 // sends, and what it shows for a given view, without a real line.
 type fakeSidecar struct {
-	url  string
-	rate atomic.Value // float64: admittedPerMinute of the next answers
+	url   string
+	rate  atomic.Value // float64: admittedPerMinute of the next answers
+	place atomic.Int64 // the exact place of the next answers; 0: none
 
 	mu   sync.Mutex
 	reqs []fakeRequest
@@ -42,8 +43,12 @@ func startFakeSidecar(t *testing.T) *fakeSidecar {
 	f := &fakeSidecar{}
 	f.rate.Store(0.0)
 	view := func() map[string]any {
-		return map[string]any{"gate": "default", "firstWaitingPosition": 2, "lastWaitingPosition": 5, "waiting": 4,
+		v := map[string]any{"gate": "default", "firstWaitingPosition": 2, "lastWaitingPosition": 5, "waiting": 4,
 			"active": 1, "limit": 1, "admittedPerMinute": f.rate.Load().(float64), "session": "s1", "status": "waiting", "position": 3}
+		if p := f.place.Load(); p > 0 {
+			v["place"] = p
+		}
+		return v
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/page", func(w http.ResponseWriter, r *http.Request) {
@@ -102,7 +107,7 @@ func (f *fakeSidecar) count(path string) int {
 
 // The snippet sends the token in the Authorization header on every API call
 // once it has one, and never in a URL: the websocket gets a ticket, the
-// departure a keepalive fetch with the header. It shows an estimated wait
+// departure (pagehide) a keepalive fetch with the header. It shows an estimated wait
 // only with evidence (3 admissions in the five-minute window, a rate of at
 // least 0.6/min): not after a single admission (0.2/min).
 func TestSnippetTokenInHeadersOnlyAndETAWithEvidence(t *testing.T) {
@@ -118,13 +123,31 @@ func TestSnippetTokenInHeadersOnlyAndETAWithEvidence(t *testing.T) {
 	}
 
 	f.rate.Store(0.6) // three admissions in five minutes: evidence
+	// Place 2 at 0.6/min: 3.3 min, shown as a range of +-20% rounded outwards.
 	u.waitFor("an estimated wait once there is evidence",
-		`/Estimated wait: about 4 min/.test(document.getElementById('anteroom-hint').textContent)`)
+		`document.getElementById('anteroom-hint').textContent === 'Estimated wait: 2\u20134 min'`)
 
-	// The departure (the tab hidden) goes out with the header too.
+	// A big move says why, in one line.
+	const hint = `document.getElementById('anteroom-hint').textContent`
+	for _, step := range []struct {
+		rate float64
+		want string
+	}{
+		{1.5, "Estimated wait: 1\u20132 min More people were let in lately."},
+		{0.6, "Estimated wait: 2\u20134 min Fewer people were let in over the last minutes."},
+		{3, "Estimated wait: less than a minute More people were let in lately."},
+	} {
+		f.rate.Store(step.rate)
+		u.waitFor(fmt.Sprintf("the estimate at %v/min", step.rate), hint+` === '`+step.want+`'`)
+	}
+	// The server's exact place wins over the bound from the positions, and
+	// says that people ahead left.
+	f.place.Store(1)
+	u.waitFor("the exact place", placeIs("Your place: 1 of 4")+` && `+hint+`.startsWith('Some people ahead of you left the line. Estimated wait: less than a minute')`)
+
+	// The departure (pagehide) goes out with the header too.
 	evalJS[int](u, `(() => {
-  Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
-  document.dispatchEvent(new Event('visibilitychange'));
+  window.dispatchEvent(new PageTransitionEvent('pagehide', { persisted: false }));
   return 1;
 })()`)
 	eventually(t, "the leave request", func() bool { return f.count("/anteroom/api/leave") >= 1 })

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -43,7 +44,18 @@ type sidecar struct {
 	url      string
 	store    *sqlite.Store
 	waitlist *session.Waitlist
+	hub      *broadcast.Hub
 	logs     *sessiontest.LogBuffer
+
+	mu    sync.Mutex
+	paths map[string]int // requests served, by path
+}
+
+// requests returns how many requests the sidecar got for path.
+func (s *sidecar) requests(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paths[path]
 }
 
 func startSidecar(t *testing.T, cfg session.GateConfig) *sidecar {
@@ -51,7 +63,16 @@ func startSidecar(t *testing.T, cfg session.GateConfig) *sidecar {
 	logs := &sessiontest.LogBuffer{}
 	dumpOnFailure(t, "sidecar log", logs)
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	srv := &sidecar{logs: logs, paths: map[string]int{}}
 	sc := gatetest.StartSidecar(t, gatetest.Options{
+		Wrap: func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				srv.mu.Lock()
+				srv.paths[r.URL.Path]++
+				srv.mu.Unlock()
+				h.ServeHTTP(w, r)
+			})
+		},
 		Gates:         []session.GateConfig{cfg},
 		RealClock:     true,
 		TouchInterval: time.Second,
@@ -69,7 +90,8 @@ func startSidecar(t *testing.T, cfg session.GateConfig) *sidecar {
 		defer cancel()
 		_ = sched.Stop(ctx)
 	})
-	return &sidecar{url: sc.URL, store: sc.Store, waitlist: sc.Waitlist, logs: logs}
+	srv.url, srv.store, srv.waitlist, srv.hub = sc.URL, sc.Store, sc.Waitlist, sc.Hub
+	return srv
 }
 
 // session reads a session row straight from the store (LastActive included,
@@ -172,8 +194,19 @@ func newBrowser(t *testing.T) *browser {
 // its requests refresh the session (here through forward-auth, {base}/check,
 // which calls validateSessionAndRefreshLastActive), so an open, admitted tab
 // stays active and only a closed one runs into active_timeout.
+// It also keeps every WebSocket the page opens in __e2e.sockets, and while
+// __e2e.blockWS is set refuses new ones (the constructor throws): what a
+// browser that kills background sockets does.
 const initScript = `(() => {
-  const e2e = window.__e2e = { activeEvents: 0, lastCheck: 0 };
+  const e2e = window.__e2e = { activeEvents: 0, lastCheck: 0, sockets: [], blockWS: false };
+  const NativeWS = window.WebSocket;
+  window.WebSocket = class extends NativeWS {
+    constructor(url, protocols) {
+      if (e2e.blockWS) throw new DOMException('blocked by the test', 'SecurityError');
+      super(url, protocols);
+      e2e.sockets.push(this);
+    }
+  };
   document.addEventListener('anteroom:active', () => {
     e2e.activeEvents++;
     if (e2e.keepalive) return;
@@ -294,8 +327,8 @@ func (u *user) call(what string, f func(ctx context.Context) error) {
 func (u *user) open(url string) {
 	u.t.Helper()
 	u.call("navigate to "+url, func(ctx context.Context) error { return chromedp.Do(ctx, chromedp.Navigate(url)) })
-	// A hidden page sends the snippet's leave beacons: the scenarios need
-	// the tabs visible, as they are for a user looking at them.
+	// The scenarios start with the tabs visible, as they are for a user
+	// looking at them (some hide them on purpose: setVisibility).
 	if vis := evalJS[string](u, `document.visibilityState`); vis != "visible" {
 		u.t.Fatalf("%s: document.visibilityState = %q, want visible", u.name, vis)
 	}
@@ -368,6 +401,24 @@ func (u *user) screenshot() []byte {
 	})
 	return png
 }
+
+// setVisibility is a JavaScript function: called with 'hidden' or
+// 'visible', it overrides document.visibilityState and document.hidden and
+// dispatches visibilitychange, which is what a page sees when its tab is
+// switched away from or back to.
+const setVisibility = `((v) => {
+  window.__visibility = v;
+  if (!window.__visibilityOverridden) {
+    window.__visibilityOverridden = true;
+    Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => window.__visibility });
+    Object.defineProperty(document, 'hidden', { configurable: true, get: () => window.__visibility === 'hidden' });
+  }
+  document.dispatchEvent(new Event('visibilitychange'));
+  return 1;
+})`
+
+// socketOpenJS: the page has an open WebSocket.
+const socketOpenJS = `window.__e2e.sockets.some((s) => s.readyState === 1)`
 
 // ---- small things ----------------------------------------------------------------
 

@@ -174,9 +174,15 @@ func cookieToken(v string) bool {
 // seconds. It never fails.
 func RetryAfter(v session.SessionView) time.Duration {
 	seconds := 5.0
-	if inLine := v.LastWaitingPosition - v.FirstWaitingPosition + 1; v.AdmittedPerMinute > 0 && inLine > 0 {
-		ahead := float64(v.Place()) * float64(v.Waiting) / float64(inLine)
-		seconds = ahead / v.AdmittedPerMinute * 60 / 4 // ask a few times before the turn comes
+	ahead := float64(v.Place - 1)
+	if v.Place == 0 && v.Status == session.StatusWaiting {
+		// A view without the exact place: Convex's estimate from the bounds.
+		if inLine := v.LastWaitingPosition - v.FirstWaitingPosition + 1; inLine > 0 {
+			ahead = float64(v.Position-v.FirstWaitingPosition) * float64(v.Waiting) / float64(inLine)
+		}
+	}
+	if v.AdmittedPerMinute > 0 && ahead >= 0 {
+		seconds = (ahead + 1) / v.AdmittedPerMinute * 60 / 4 // ask a few times before the turn comes
 	}
 	seconds = min(max(seconds, 2), 30)
 	return time.Duration(math.Trunc(seconds)) * time.Second

@@ -299,7 +299,12 @@ func TestWantsPage(t *testing.T) {
 }
 
 func TestRetryAfter(t *testing.T) {
-	v := session.SessionView{Status: session.StatusWaiting, Position: 10}
+	// Without the exact place (an older sidecar): from the bounds.
+	old := session.SessionView{Status: session.StatusWaiting, Position: 10}
+	old.FirstWaitingPosition, old.LastWaitingPosition, old.Waiting, old.AdmittedPerMinute = 1, 20, 10, 6
+	assert.Equal(t, 13*time.Second, guard.RetryAfter(old), "9 ahead, half of them gone: (4.5+1) at 6/min, asked 4 times")
+
+	v := session.SessionView{Status: session.StatusWaiting, Position: 10, Place: 10}
 	v.FirstWaitingPosition, v.LastWaitingPosition, v.Waiting = 1, 20, 20
 	assert.Equal(t, 5*time.Second, guard.RetryAfter(v))
 	v.AdmittedPerMinute = 60 // 10 ahead at 1/s: 10 s, asked 4 times: 2.5 s

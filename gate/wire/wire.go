@@ -57,6 +57,9 @@ const (
 	CodeAPIKeyRequired   session.Code = "api_key_required"
 	CodeCrossOrigin      session.Code = "cross_origin"
 	CodeInvalidTicket    session.Code = "invalid_ticket"
+	// CodeAdminTokenRequired: an admin API request without the admin token
+	// (Authorization: Bearer <admin_token>) or with a wrong one.
+	CodeAdminTokenRequired session.Code = "admin_token_required"
 )
 
 // Status is the one place where error codes become HTTP statuses. A code it
@@ -65,7 +68,7 @@ func Status(code session.Code) int {
 	switch code {
 	case session.CodeInvalidArgument, CodeInvalidJSON, CodeInvalidPath:
 		return http.StatusBadRequest
-	case CodeNoSession, CodeAPIKeyRequired, CodeInvalidTicket:
+	case CodeNoSession, CodeAPIKeyRequired, CodeInvalidTicket, CodeAdminTokenRequired:
 		return http.StatusUnauthorized
 	case session.CodeNotActive, CodeCrossOrigin:
 		return http.StatusForbidden
@@ -73,11 +76,13 @@ func Status(code session.Code) int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
+	case session.CodeGateExists, session.CodeGateInUse:
+		return http.StatusConflict
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case CodeRateLimited:
 		return http.StatusTooManyRequests
-	case session.CodeUnavailable:
+	case session.CodeUnavailable, session.CodeGateClosed:
 		return http.StatusServiceUnavailable
 	case CodeBadGateway:
 		return http.StatusBadGateway

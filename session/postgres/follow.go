@@ -198,6 +198,9 @@ func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnap
 	if snap.Active, err = scanSessions(rows, nil); err != nil {
 		return snap, 0, err
 	}
+	if snap.Waiting, err = waitingPositions(ctx, tx, gate, g.c.Waiting); err != nil {
+		return snap, 0, err
+	}
 	return snap, seq, tx.Commit(ctx)
 }
 

@@ -63,3 +63,45 @@ func TestForgedNotificationsAreIgnored(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), g.Active)
 }
+
+// Touches and purges are told ids by memory that a client fed: ids that are
+// SQL, absent, repeated, of another gate, a claim for a waiter or a time in
+// the past change nothing they must not, and purge nothing that is not stale.
+func TestHostileTouchesAndPurges(t *testing.T) {
+	url := pgtest.DB(t)
+	s := open(t, url, quiet)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig(multiGate, 1)
+	epoch := sessiontest.Epoch
+	for _, id := range []string{"a", "w"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	later := epoch.Add(time.Minute)
+	require.NoError(t, s.Touch(ctx, multiGate, []session.Touch{
+		{ID: `x');DROP/**/TABLE/**/anteroom_sessions;--`, LastActive: later},
+		{ID: "", LastActive: later},
+		{ID: "bad id", LastActive: later},
+		{ID: "nope", LastActive: later, Claim: true},
+		{ID: "w", LastActive: later},
+		{ID: "w", LastActive: epoch.Add(-time.Hour), Claim: true},
+	}))
+	require.NoError(t, s.Touch(ctx, "other", []session.Touch{{ID: "w", LastActive: later.Add(time.Hour)}}))
+	w, err := s.Get(ctx, multiGate, "w")
+	require.NoError(t, err)
+	assert.Equal(t, later.UnixNano(), w.LastActive.UnixNano(), "never back in time, never from another gate")
+	assert.Equal(t, session.StatusWaiting, w.Status)
+	assert.True(t, w.ClaimDeadline.IsZero(), "a claim does not touch a waiter's deadline")
+	rows, err := s.Rows(ctx, multiGate)
+	require.NoError(t, err)
+	assert.Len(t, rows, 2, "no row created by a touch")
+
+	r, err := s.Purge(ctx, cfg, []string{"a", "w", "a", "nope", `a'b`}, later)
+	require.NoError(t, err)
+	assert.Equal(t, session.UpdateReport{Gate: multiGate, Transactions: 1}, zeroDuration(r), "nothing stale, nothing purged")
+	_, err = s.Purge(ctx, cfg, []string{"w", "bad id"}, later.Add(time.Hour))
+	require.ErrorIs(t, err, session.ErrInvalidArgument)
+	_, err = s.Get(ctx, multiGate, "w")
+	require.NoError(t, err, "a purge with an invalid id purges nothing")
+}

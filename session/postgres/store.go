@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -134,8 +135,9 @@ type Store struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	lb  map[string]int64 // writer's lower bounds of first waiting positions
-	txs atomic.Int64
+	lb   map[string]int64        // writer's lower bounds of first waiting positions
+	pace map[string]session.Pace // writer's pacing per gate (this instance's share; not persisted)
+	txs  atomic.Int64
 }
 
 var _ session.Store = (*Store)(nil)
@@ -188,6 +190,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		done:      make(chan struct{}),
 		followed:  make(chan struct{}),
 		lb:        make(map[string]int64),
+		pace:      make(map[string]session.Pace),
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
@@ -321,8 +324,10 @@ func (s *Store) Resyncs() int64 { return s.resyncs.Load() }
 // applied to its listener.
 func (s *Store) RemoteCommits() int64 { return s.remote.Load() }
 
-// Load ensures a row exists for each named gate and returns each gate's state
-// and active sessions (in position order). From then on the gates are
+// Load ensures a row exists for each named gate and returns each gate's
+// state, active sessions (in position order), waiting positions
+// (ascending) and persisted runtime settings; every gate with persisted
+// settings is returned too (one added at runtime). From then on the gates are
 // followed: commits of other instances to them reach the listener.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name,
@@ -335,9 +340,29 @@ func (s *Store) Load(ctx context.Context, gates []string) (map[string]session.Ga
 			return nil, session.Errorf(session.CodeInvalidArgument, "postgres: load: gate name %q", g)
 		}
 	}
-	o := &op{kind: opLoad, ctx: ctx, gates: gates}
-	err := s.do(o)
-	return o.snaps, err
+	if s.closed.Load() {
+		return nil, session.ErrUnavailable
+	}
+	settings, err := s.allSettings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all := append([]string(nil), gates...)
+	for name := range settings {
+		if !slices.Contains(all, name) {
+			all = append(all, name) // a gate added at runtime
+		}
+	}
+	o := &op{kind: opLoad, ctx: ctx, gates: all}
+	if err := s.do(o); err != nil {
+		return o.snaps, err
+	}
+	for name, c := range settings {
+		snap := o.snaps[name]
+		snap.Settings = &c
+		o.snaps[name] = snap
+	}
+	return o.snaps, nil
 }
 
 // Join runs session.DecideJoin for id in gate cfg.Name at now, and returns
@@ -383,9 +408,11 @@ func (s *Store) sessionOp(ctx context.Context, kind opKind, cfg session.GateConf
 	return o.sess, err
 }
 
-// Touch persists LastActive for the given active sessions of gate, in one
-// transaction. Sessions that do not exist or are waiting are skipped. It
-// reports nothing to the commit listener.
+// Touch runs session.DecideTouch for the given sessions of gate, waiting or
+// active, in one transaction under the gate's row lock: the caller bounds
+// len(touches) (the Waitlist sends at most session.Options.UpdateChunk).
+// Sessions that do not exist are skipped. It reports claims to the commit
+// listener of every instance (as refreshes), nothing else.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name, and those
 // of Join.
@@ -443,7 +470,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		}
 	}()
 	waitingCutoff, activeCutoff := session.StaleCutoffs(cfg, now)
-	step := updateStep{chunk: chunk, waitingCutoff: nanos(waitingCutoff), activeCutoff: nanos(activeCutoff)}
+	step := updateStep{chunk: chunk, waitingCutoff: nanos(waitingCutoff), activeCutoff: nanos(activeCutoff), now: nanos(now)}
 	for !step.finished {
 		o := &op{kind: opUpdate, ctx: ctx, cfg: cfg, now: normTime(now), updIn: step}
 		o.updIn.purgedWaiting, o.updIn.purgedActive, o.updIn.promoted = 0, 0, 0
@@ -461,6 +488,42 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 	if _, err := c.Exec(ctx, "DELETE FROM anteroom_commits WHERE gate = $1 AND committed < now() - make_interval(secs => $2)",
 		cfg.Name, s.retention.Seconds()); err != nil {
 		s.log.Warn("anteroom: pruning the outbox failed", "gate", cfg.Name, "err", err)
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// Purge deletes those of ids that session.StaleReason calls stale at now,
+// then promotes session.PromotionCount waiters into the freed slots, in one
+// transaction under the gate's row lock (ids beyond Options.UpdateChunk go
+// in further ones). Absent sessions and sessions not stale are left alone.
+// It needs no advisory lock: the row lock orders it with every other
+// instance's writes, and staleness is decided on the rows read under it.
+//
+// Errors: those of Join; on error the report counts what was committed.
+func (s *Store) Purge(ctx context.Context, cfg session.GateConfig, ids []string, now time.Time) (session.UpdateReport, error) {
+	start := time.Now()
+	rep := session.UpdateReport{Gate: cfg.Name}
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	for _, id := range ids {
+		if !session.ValidID(id) {
+			return rep, session.Errorf(session.CodeInvalidArgument, "postgres: purge: invalid session id %q", id)
+		}
+	}
+	for first := true; first || len(ids) > 0; first = false {
+		n := min(len(ids), s.chunk)
+		o := &op{kind: opPurge, ctx: ctx, cfg: cfg, now: normTime(now), ids: ids[:n]}
+		if err := s.do(o); err != nil {
+			rep.Duration = time.Since(start)
+			return rep, err
+		}
+		rep.Transactions++
+		rep.PurgedWaiting += o.upd.purgedWaiting
+		rep.PurgedActive += o.upd.purgedActive
+		rep.Promoted += o.upd.promoted
+		ids = ids[n:]
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil

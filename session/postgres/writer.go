@@ -23,10 +23,11 @@ const (
 	opTouch
 	opUpdate
 	opLoad
+	opPurge
 )
 
 func (k opKind) String() string {
-	return [...]string{"op", "join", "leave", "release", "touch", "update", "load"}[k]
+	return [...]string{"op", "join", "leave", "release", "touch", "update", "load", "purge"}[k]
 }
 
 // op is one operation queued for the writer, with its answer.
@@ -37,6 +38,7 @@ type op struct {
 	id      string
 	now     time.Time
 	touches []session.Touch
+	ids     []string
 	gates   []string
 	updIn   updateStep
 	upd     updateStep
@@ -50,6 +52,7 @@ type op struct {
 type updateStep struct {
 	chunk                       int
 	waitingCutoff, activeCutoff int64
+	now                         int64 // unclaimed past their deadline before it
 	phase                       int
 	finished                    bool
 
@@ -62,26 +65,33 @@ const (
 )
 
 const (
-	sqlCols       = `gate, position, id, status, last_active, created_at`
+	sqlCols       = `gate, position, id, status, last_active, created_at, claim_deadline`
 	sqlSelectOne  = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND id = $2`
 	sqlSelectGate = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 ORDER BY position`
 	sqlSelectKeys = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE (gate, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
-	sqlActive     = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND status = 1 AND last_active IS NOT NULL ORDER BY position`
+	sqlActive     = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND status = 1 ORDER BY position`
+	sqlWaitingPos = `SELECT position FROM anteroom_sessions WHERE gate = $1 AND status = 0 ORDER BY position`
 	sqlWaiters    = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND status = 0 AND position >= $2 ORDER BY position LIMIT $3`
 	sqlBounds     = `SELECT min(position), max(position) FROM anteroom_sessions WHERE gate = $1 AND status = 0`
 	sqlEnsure     = `INSERT INTO anteroom_gates (name) SELECT n FROM unnest($1::text[]) AS n ORDER BY n ON CONFLICT (name) DO NOTHING`
 	sqlLock       = `SELECT name, next_position, active, waiting, seq FROM anteroom_gates WHERE name = ANY($1) ORDER BY name FOR UPDATE`
 	sqlDelete     = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`
-	sqlUpsert     = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at)
-		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[])
-		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active`
+	sqlUpsert     = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at, claim_deadline)
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[])
+		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active, claim_deadline = EXCLUDED.claim_deadline`
 	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5 WHERE name = $1`
 	sqlOutbox   = `INSERT INTO anteroom_commits (gate, seq, payload) VALUES ($1, $2, $3)`
 	sqlNotify   = `SELECT pg_notify('` + channel + `', $1)`
-	sqlTouch    = `UPDATE anteroom_sessions s SET last_active = t.la FROM unnest($2::text[], $3::bigint[]) AS t(id, la)
-		WHERE s.gate = $1 AND s.id = t.id AND s.status = 1`
-	sqlPurge = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (
-		SELECT gate, position FROM anteroom_sessions WHERE gate = $1 AND status = $2 AND last_active < $3 ORDER BY position LIMIT $4)
+	// The purges select exactly the rows session.StaleReason calls stale,
+	// with the cutoffs of session.StaleCutoffs: a waiter last seen before
+	// $2; an active session last seen before $2, or unclaimed past its
+	// deadline at $4. A row without last_active is last seen at its
+	// creation.
+	sqlPurgeWaiting = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (
+		SELECT gate, position FROM anteroom_sessions WHERE gate = $1 AND status = 0 AND coalesce(last_active, created_at) < $2 ORDER BY position LIMIT $3)
+		RETURNING ` + sqlCols
+	sqlPurgeActive = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (
+		SELECT gate, position FROM anteroom_sessions WHERE gate = $1 AND status = 1 AND (coalesce(last_active, created_at) < $2 OR claim_deadline < $4) ORDER BY position LIMIT $3)
 		RETURNING ` + sqlCols
 )
 
@@ -90,9 +100,9 @@ func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, erro
 	for rows.Next() {
 		var s session.Session
 		var status int16
-		var la *int64
+		var la, claim *int64
 		var created int64
-		if err := rows.Scan(&s.Gate, &s.Position, &s.ID, &status, &la, &created); err != nil {
+		if err := rows.Scan(&s.Gate, &s.Position, &s.ID, &status, &la, &created, &claim); err != nil {
 			return out, err
 		}
 		s.Status = session.StatusWaiting
@@ -101,6 +111,9 @@ func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, erro
 		}
 		if la != nil {
 			s.LastActive = time.Unix(0, *la)
+		}
+		if claim != nil {
+			s.ClaimDeadline = time.Unix(0, *claim)
 		}
 		s.CreatedAt = time.Unix(0, created)
 		out = append(out, s)
@@ -112,6 +125,7 @@ func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, erro
 type gateTx struct {
 	name   string
 	c      session.Counters
+	pace   session.Pace // the instance's pacing of the gate; kept when the transaction commits
 	seq    int64
 	save   bool // counters changed
 	report bool // rows changed: a new seq, an outbox row, a notification
@@ -231,12 +245,22 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 			for _, g := range o.gates {
 				names[g] = true
 			}
-		case opTouch:
 		default:
 			names[o.cfg.Name] = true
 		}
-		if o.kind == opJoin || o.kind == opLeave || o.kind == opRelease {
+		switch o.kind {
+		case opJoin, opLeave, opRelease:
 			keys = append(keys, key{o.cfg.Name, o.id})
+		case opTouch:
+			for _, t := range o.touches {
+				if session.ValidID(t.ID) {
+					keys = append(keys, key{o.cfg.Name, t.ID})
+				}
+			}
+		case opPurge:
+			for _, id := range o.ids {
+				keys = append(keys, key{o.cfg.Name, id})
+			}
 		}
 	}
 	if len(names) > 0 {
@@ -254,6 +278,7 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 				rows.Close()
 				return lc, err
 			}
+			g.pace = s.pace[g.name]
 			b.gates[g.name] = g
 		}
 		rows.Close()
@@ -292,6 +317,9 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 	if err := tx.Commit(ctx); err != nil {
 		return lc, fmt.Errorf("commit: %w", err)
 	}
+	for name, g := range b.gates {
+		s.pace[name] = g.pace
+	}
 	return lc, nil
 }
 
@@ -300,7 +328,9 @@ func (s *Store) prefetch(ctx context.Context, b *batch, keys []key) error {
 	ids := make([]string, len(keys))
 	for i, k := range keys {
 		gates[i], ids[i] = k.gate, k.id
-		b.rows[k] = &entry{}
+		if b.rows[k] == nil {
+			b.rows[k] = &entry{}
+		}
 	}
 	rows, err := b.tx.Query(ctx, sqlSelectKeys, gates, ids)
 	if err != nil {
@@ -358,7 +388,12 @@ func (b *batch) write(g *gateTx, e *entry, out session.Outcome) {
 }
 
 func (b *batch) event(g *gateTx, kind session.EventKind, s session.Session) {
-	ev := session.Event{Kind: kind, Session: s}
+	b.eventWhy(g, kind, s, session.NotStale)
+}
+
+// eventWhy records an event with the reason a session left (Event.Reason).
+func (b *batch) eventWhy(g *gateTx, kind session.EventKind, s session.Session, why session.PurgeReason) {
+	ev := session.Event{Kind: kind, Session: s, Reason: why}
 	b.events = append(b.events, ev)
 	g.events = append(g.events, ev)
 }
@@ -369,7 +404,7 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 	var dg, ug, uid []string
 	var dp, up []int64
 	var ust []int16
-	var ula []*int64
+	var ula, ucd []*int64
 	var uc []int64
 	for _, e := range b.rows {
 		if !e.dirty {
@@ -390,7 +425,12 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 				v := e.s.LastActive.UnixNano()
 				la = &v
 			}
-			ula, uc = append(ula, la), append(uc, e.s.CreatedAt.UnixNano())
+			var cd *int64
+			if !e.s.ClaimDeadline.IsZero() {
+				v := e.s.ClaimDeadline.UnixNano()
+				cd = &v
+			}
+			ula, uc, ucd = append(ula, la), append(uc, e.s.CreatedAt.UnixNano()), append(ucd, cd)
 		}
 	}
 	if len(dg) > 0 {
@@ -399,7 +439,7 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 		}
 	}
 	if len(ug) > 0 {
-		if _, err := b.tx.Exec(ctx, sqlUpsert, ug, up, uid, ust, ula, uc); err != nil {
+		if _, err := b.tx.Exec(ctx, sqlUpsert, ug, up, uid, ust, ula, uc, ucd); err != nil {
 			return fmt.Errorf("write sessions: %w", err)
 		}
 	}
@@ -428,6 +468,10 @@ type wireEvent struct {
 	Active     bool              `json:"a,omitempty"`
 	LastActive int64             `json:"l,omitempty"`
 	CreatedAt  int64             `json:"c"`
+	// Claim is the claim deadline of a promoted, unclaimed session.
+	Claim int64 `json:"d,omitempty"`
+	// Reason is why a session left (session.PurgeReason).
+	Reason session.PurgeReason `json:"r,omitempty"`
 }
 
 type wireState struct {
@@ -441,9 +485,12 @@ type wireState struct {
 func toWire(evs []session.Event, st session.GateState) payload {
 	p := payload{State: wireState{Next: st.NextPosition, Active: st.Active, Waiting: st.Waiting, First: st.FirstWaitingPosition, Last: st.LastWaitingPosition}}
 	for _, ev := range evs {
-		w := wireEvent{Kind: ev.Kind, ID: ev.Session.ID, Position: ev.Session.Position, Active: ev.Session.Status == session.StatusActive, CreatedAt: ev.Session.CreatedAt.UnixNano()}
+		w := wireEvent{Kind: ev.Kind, ID: ev.Session.ID, Position: ev.Session.Position, Active: ev.Session.Status == session.StatusActive, CreatedAt: ev.Session.CreatedAt.UnixNano(), Reason: ev.Reason}
 		if !ev.Session.LastActive.IsZero() {
 			w.LastActive = ev.Session.LastActive.UnixNano()
+		}
+		if !ev.Session.ClaimDeadline.IsZero() {
+			w.Claim = ev.Session.ClaimDeadline.UnixNano()
 		}
 		p.Events = append(p.Events, w)
 	}
@@ -464,7 +511,10 @@ func (p payload) commit(gate string) session.Commit {
 		if w.LastActive != 0 {
 			s.LastActive = time.Unix(0, w.LastActive)
 		}
-		c.Events = append(c.Events, session.Event{Kind: w.Kind, Session: s})
+		if w.Claim != 0 {
+			s.ClaimDeadline = time.Unix(0, w.Claim)
+		}
+		c.Events = append(c.Events, session.Event{Kind: w.Kind, Session: s, Reason: w.Reason})
 	}
 	return c
 }
@@ -539,15 +589,19 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		if e.live {
 			existing = &e.s
 		}
-		out := session.DecideJoin(o.cfg, g.c, existing, o.id, o.now)
+		out, err := session.DecideJoin(o.cfg, g.c, g.pace, existing, o.id, o.now)
+		if err != nil {
+			return err // gate_closed: nothing written
+		}
+		g.pace = out.Pace
 		b.write(g, e, out)
-		if out.Session.Status == session.StatusActive {
-			switch out.Action {
-			case session.ActionInsert:
-				b.event(g, session.EventActivated, out.Session)
-			case session.ActionUpdate:
-				b.event(g, session.EventRefreshed, out.Session)
-			}
+		switch {
+		case out.Session.Status == session.StatusActive && out.Action == session.ActionInsert:
+			b.event(g, session.EventActivated, out.Session)
+		case out.Session.Status == session.StatusActive && out.Action == session.ActionUpdate:
+			b.event(g, session.EventRefreshed, out.Session)
+		case out.Action == session.ActionInsert:
+			b.event(g, session.EventQueued, out.Session)
 		}
 		o.sess = out.Session
 	case opLeave:
@@ -578,9 +632,11 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		out := session.DecideRelease(o.cfg, g.c, &existing)
 		b.write(g, e, out)
 		if existing.Status == session.StatusActive {
-			b.event(g, session.EventDeactivated, existing)
+			b.eventWhy(g, session.EventDeactivated, existing, session.Released)
+		} else {
+			b.eventWhy(g, session.EventDequeued, existing, session.Released)
 		}
-		if _, err := s.promote(ctx, b, g, out.Promote, o.now); err != nil {
+		if _, err := s.promote(ctx, b, g, o.cfg, out.Promote, o.now); err != nil {
 			return err
 		}
 		o.sess = out.Session
@@ -590,6 +646,8 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		return s.applyUpdate(ctx, b, o)
 	case opLoad:
 		return s.applyLoad(ctx, b, o)
+	case opPurge:
+		return s.applyPurge(ctx, b, o)
 	default:
 		return fmt.Errorf("unknown op %d", o.kind)
 	}
@@ -599,10 +657,18 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 // promote promotes the first n waiters of the gate, in position order: the
 // database's waiters merged with the transaction's copies, which override
 // them.
-func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, n int64, now time.Time) (int64, error) {
+func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.GateConfig, n int64, now time.Time) (done int64, err error) {
+	// Pacing (session.Pace) admits no more than its tokens allow; what was
+	// promoted is taken from them.
+	n = min(n, g.pace.Available(cfg, now))
 	if n <= 0 {
 		return 0, nil
 	}
+	defer func() {
+		if err == nil && done > 0 {
+			_, g.pace = g.pace.Allow(cfg, done, now)
+		}
+	}()
 	limit := n + int64(len(b.rows))
 	rows, err := b.tx.Query(ctx, sqlWaiters, g.name, s.lb[g.name], limit)
 	if err != nil {
@@ -638,12 +704,12 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, n int64, now t
 			}
 		}
 	}
-	var done int64
+
 	for _, e := range cands {
 		if done == n {
 			break
 		}
-		out := session.Promote(e.s, now)
+		out := session.Promote(cfg, e.s, now)
 		b.write(g, e, out)
 		b.event(g, session.EventPromoted, out.Session)
 		s.lb[g.name] = e.s.Position + 1
@@ -652,25 +718,71 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, n int64, now t
 	return done, nil
 }
 
+// applyTouch runs session.DecideTouch for each touch against the
+// transaction's copy of the row (read with the batch's other rows). A touch
+// moves no counter and no bound: the gate's state is reported (a new seq,
+// an outbox row) only when a touch claimed a slot, as an EventRefreshed
+// without ClaimDeadline, so that every instance stops counting down its
+// claim window.
 func (s *Store) applyTouch(ctx context.Context, b *batch, o *op) error {
-	if err := s.flush(ctx, b); err != nil {
-		return err
-	}
-	ids := make([]string, 0, len(o.touches))
-	las := make([]int64, 0, len(o.touches))
+	g := b.gates[o.cfg.Name]
+	report := g.report
 	for _, t := range o.touches {
-		if t.LastActive.IsZero() || !session.ValidID(t.ID) {
+		if (t.LastActive.IsZero() && !t.Claim) || !session.ValidID(t.ID) {
 			continue
 		}
-		ids, las = append(ids, t.ID), append(las, t.LastActive.UnixNano())
+		e, err := s.find(ctx, b, g.name, t.ID)
+		if err != nil {
+			return err
+		}
+		if !e.live {
+			continue
+		}
+		t.LastActive = normTime(t.LastActive)
+		before := e.s
+		out := session.DecideTouch(&before, t)
+		b.write(g, e, out)
+		if out.Action == session.ActionUpdate && !before.ClaimDeadline.Equal(out.Session.ClaimDeadline) {
+			b.event(g, session.EventRefreshed, out.Session)
+			report = true
+		}
 	}
-	if len(ids) == 0 {
-		return nil
+	g.report = report
+	return nil
+}
+
+// applyPurge runs one transaction of a Purge: each named session that is
+// stale (session.IsStale, on the row read under the gate's lock) goes with
+// session.DecidePurge, then session.PromotionCount waiters are promoted
+// into the freed slots.
+func (s *Store) applyPurge(ctx context.Context, b *batch, o *op) error {
+	g := b.gates[o.cfg.Name]
+	var step updateStep
+	for _, id := range o.ids {
+		e, err := s.find(ctx, b, g.name, id)
+		if err != nil {
+			return err
+		}
+		if !e.live || !session.IsStale(o.cfg, e.s, o.now) {
+			continue
+		}
+		row := e.s
+		b.write(g, e, session.DecidePurge(row))
+		why := session.StaleReason(o.cfg, row, o.now)
+		if row.Status == session.StatusActive {
+			step.purgedActive++
+			b.eventWhy(g, session.EventDeactivated, row, why)
+		} else {
+			step.purgedWaiting++
+			b.eventWhy(g, session.EventDequeued, row, why)
+		}
 	}
-	if _, err := b.tx.Exec(ctx, sqlTouch, o.cfg.Name, ids, las); err != nil {
-		return fmt.Errorf("touch: %w", err)
+	n, err := s.promote(ctx, b, g, o.cfg, session.Promotions(o.cfg, g.c), o.now)
+	if err != nil {
+		return err
 	}
-	clear(b.rows) // the copies' last_active may be stale now; flushed, so nothing is lost
+	step.promoted = n
+	o.upd = step
 	return nil
 }
 
@@ -683,8 +795,12 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 		return err
 	}
 	budget := int64(st.chunk)
-	purge := func(status int16, cutoff int64) ([]session.Session, error) {
-		rows, err := b.tx.Query(ctx, sqlPurge, g.name, status, cutoff, budget)
+	// purge runs a purge statement and accounts for the rows it deleted
+	// with session.DecidePurge. A row that session.IsStale does not call
+	// stale means the SQL and the rule disagree: the op fails (its
+	// transaction is rolled back) rather than purge it.
+	purge := func(sql string, args ...any) ([]session.Session, error) {
+		rows, err := b.tx.Query(ctx, sql, args...)
 		if err != nil {
 			return nil, fmt.Errorf("purge: %w", err)
 		}
@@ -693,19 +809,22 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 			return nil, fmt.Errorf("purge: %w", err)
 		}
 		for _, r := range got {
+			if !session.IsStale(o.cfg, r, o.now) {
+				return nil, fmt.Errorf("purge: the statement selected session %q, which is not stale", r.ID)
+			}
 			delete(b.rows, key{g.name, r.ID})
+			b.write(g, &entry{}, session.DecidePurge(r))
 		}
 		return got, nil
 	}
 	if st.phase == 0 {
-		got, err := purge(dbWaiting, st.waitingCutoff)
+		got, err := purge(sqlPurgeWaiting, g.name, st.waitingCutoff, budget)
 		if err != nil {
 			return err
 		}
 		n := int64(len(got))
-		if n > 0 {
-			g.c.Waiting -= n
-			g.save, g.report = true, true
+		for _, r := range got {
+			b.eventWhy(g, session.EventDequeued, r, session.StaleReason(o.cfg, r, o.now))
 		}
 		st.purgedWaiting = n
 		if budget -= n; budget == 0 {
@@ -714,17 +833,13 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 		st.phase = 1
 	}
 	if st.phase == 1 {
-		got, err := purge(dbActive, st.activeCutoff)
+		got, err := purge(sqlPurgeActive, g.name, st.activeCutoff, budget, st.now)
 		if err != nil {
 			return err
 		}
 		n := int64(len(got))
-		if n > 0 {
-			g.c.Active -= n
-			g.save, g.report = true, true
-			for _, r := range got {
-				b.event(g, session.EventDeactivated, r)
-			}
+		for _, r := range got {
+			b.eventWhy(g, session.EventDeactivated, r, session.StaleReason(o.cfg, r, o.now))
 		}
 		st.purgedActive = n
 		if budget -= n; budget == 0 {
@@ -732,8 +847,8 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 		}
 		st.phase = 2
 	}
-	want := session.PromotionCount(o.cfg.ActiveLimit, g.c)
-	n, err := s.promote(ctx, b, g, min(want, budget), o.now)
+	want := session.Promotions(o.cfg, g.c)
+	n, err := s.promote(ctx, b, g, o.cfg, min(want, budget), o.now)
 	if err != nil {
 		return err
 	}
@@ -764,7 +879,32 @@ func (s *Store) applyLoad(ctx context.Context, b *batch, o *op) error {
 		if err != nil {
 			return fmt.Errorf("read active sessions: %w", err)
 		}
-		o.snaps[name] = session.GateSnapshot{State: st, Active: active}
+		waiting, err := waitingPositions(ctx, b.tx, name, st.Waiting)
+		if err != nil {
+			return err
+		}
+		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting}
 	}
 	return nil
+}
+
+// waitingPositions reads the positions of the gate's waiters, ascending.
+func waitingPositions(ctx context.Context, q pgx.Tx, gate string, hint int64) ([]int64, error) {
+	rows, err := q.Query(ctx, sqlWaitingPos, gate)
+	if err != nil {
+		return nil, fmt.Errorf("read waiting positions: %w", err)
+	}
+	defer rows.Close()
+	out := make([]int64, 0, max(hint, 0))
+	for rows.Next() {
+		var p int64
+		if err := rows.Scan(&p); err != nil {
+			return nil, fmt.Errorf("read waiting positions: %w", err)
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read waiting positions: %w", err)
+	}
+	return out, nil
 }

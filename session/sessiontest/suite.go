@@ -86,6 +86,16 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("GroupCommit", func(t *testing.T) { testGroupCommit(t, open) })
 	t.Run("Waitlist", func(t *testing.T) { testWaitlist(t, open) })
 	t.Run("Randomized", func(t *testing.T) { testRandomized(t, open) })
+	t.Run("Claim", func(t *testing.T) { testClaim(t, open) })
+	t.Run("Purge", func(t *testing.T) { testPurge(t, open) })
+	t.Run("Presence", func(t *testing.T) { testPresence(t, open) })
+	t.Run("ReleaseOnDisconnect", func(t *testing.T) { testReleaseOnDisconnect(t, open) })
+	t.Run("ExactPlace", func(t *testing.T) { testExactPlace(t, open) })
+	t.Run("EventReasons", func(t *testing.T) { testEventReasons(t, open) })
+	t.Run("Modes", func(t *testing.T) { testModes(t, open) })
+	t.Run("Pacing", func(t *testing.T) { testPacing(t, open) })
+	t.Run("GateSettings", func(t *testing.T) { testGateSettings(t, open) })
+	t.Run("RuntimeSettings", func(t *testing.T) { testRuntimeSettings(t, open) })
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a
@@ -183,6 +193,7 @@ func (h *harness) waitlist(gates ...session.GateConfig) *session.Waitlist {
 	w, err := session.New(h.ctx, teeStore{Store: h.store, h: h}, gates, session.Options{
 		Clock:         h.clock,
 		TouchInterval: -1,
+		SweepInterval: -1,
 		UpdateChunk:   7,
 	})
 	require.NoError(h.tb, err)
@@ -216,6 +227,17 @@ func (h *harness) update(cfg session.GateConfig, chunk int) session.UpdateReport
 	r, err := h.store.Update(h.ctx, cfg, h.clock.Now(), chunk)
 	require.NoError(h.tb, err, "update %s", cfg.Name)
 	return r
+}
+
+// seen touches the sessions of the suite's gate at the clock's time: signs
+// of life, as an open socket gives.
+func (h *harness) seen(ids ...string) {
+	h.tb.Helper()
+	touches := make([]session.Touch, len(ids))
+	for i, id := range ids {
+		touches[i] = session.Touch{ID: id, LastActive: h.clock.Now()}
+	}
+	require.NoError(h.tb, h.store.Touch(h.ctx, gateName, touches))
 }
 
 func (h *harness) get(gate, id string) (session.Session, bool) {
@@ -307,6 +329,7 @@ func requireSession(tb testing.TB, want, got session.Session, msgAndArgs ...any)
 	assert.Equal(tb, want.Status, got.Status, msgAndArgs...)
 	assertTime(tb, want.LastActive, got.LastActive, msgAndArgs...)
 	assertTime(tb, want.CreatedAt, got.CreatedAt, msgAndArgs...)
+	assertTime(tb, want.ClaimDeadline, got.ClaimDeadline, msgAndArgs...)
 	if tb.Failed() {
 		tb.FailNow()
 	}
@@ -340,6 +363,10 @@ func kindName(k session.EventKind) string {
 		return "refreshed"
 	case session.EventDeactivated:
 		return "deactivated"
+	case session.EventQueued:
+		return "queued"
+	case session.EventDequeued:
+		return "dequeued"
 	}
 	return "unknown"
 }

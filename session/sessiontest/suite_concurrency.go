@@ -30,11 +30,14 @@ func testCommitListener(t *testing.T, open Opener) {
 	h.join(cfg, "d")
 	h.leave(cfg, "c")
 	h.clock.Advance(cfg.WaitingTimeout + time.Nanosecond)
-	h.update(cfg, 0) // c purged: waiting rows make no events
+	h.seen("d")
+	h.update(cfg, 0) // c purged, d stays: it is present
 	h.clock.Advance(cfg.ActiveTimeout)
+	h.seen("d")
 	h.update(cfg, 0) // b stale: purged, d promoted
 	assert.Equal(t, []string{
-		"activated:a", "refreshed:a", "deactivated:a", "promoted:b", "deactivated:b", "promoted:d",
+		"activated:a", "queued:b", "refreshed:a", "queued:c", "deactivated:a", "promoted:b",
+		"queued:d", "dequeued:c", "deactivated:b", "promoted:d",
 	}, kinds(h.eventsSince(mark)))
 	commits := h.commitsSince(mark)
 	require.NotEmpty(t, commits)
@@ -105,7 +108,9 @@ func testCommitListenerConcurrent(t *testing.T, open Opener) {
 		mu.Lock()
 		for _, e := range c.Events {
 			seen[e.Session.ID] = true
-			order = append(order, e.Session.Position)
+			if e.Kind == session.EventActivated {
+				order = append(order, e.Session.Position)
+			}
 		}
 		mu.Unlock()
 		inflight.Add(-1)
@@ -183,7 +188,12 @@ func testConcurrentJoins(t *testing.T, open Opener) {
 	requireState(t, session.Counters{NextPosition: n + 1, Active: 50, Waiting: n - 50}, 51, n, st)
 	g, err := w.Global(gateName)
 	require.NoError(t, err)
-	assert.Equal(t, session.GlobalView{Gate: gateName, FirstWaitingPosition: 51, LastWaitingPosition: n, Waiting: n - 50, Active: 50, Limit: 50}, g)
+	assert.Equal(t, session.GlobalView{Gate: gateName, FirstWaitingPosition: 51, LastWaitingPosition: n, Waiting: n - 50, Active: 50, Limit: 50}, withoutBuckets(g))
+	var waiters []int64
+	for p := int64(51); p <= n; p++ {
+		waiters = append(waiters, p)
+	}
+	requireBuckets(t, g, waiters)
 	if _, ok := h.store.(Inspector); ok {
 		rows := h.rows(gateName, nil)
 		require.Len(t, rows, n)
@@ -307,13 +317,17 @@ func testWaitlist(t *testing.T, open Opener) {
 	b, err := w.Join(h.ctx, gateName, "b")
 	require.NoError(t, err)
 	assert.Equal(t, session.StatusWaiting, b.Status)
-	assert.Equal(t, int64(1), b.Place())
+	assert.Equal(t, int64(1), b.Place)
 	require.NoError(t, w.ValidateSessionIsActive(gateName, "a"))
 	require.ErrorIs(t, w.ValidateSessionIsActive(gateName, "b"), session.ErrNotActive)
 
 	st, err := w.Status(h.ctx, gateName, "b")
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), st.Position)
+	// b's socket stays open: a sign of life for as long as it is.
+	disconnect, err := w.Connect(gateName, "b")
+	require.NoError(t, err)
+	defer disconnect()
 
 	// A refresh in memory is persisted by the next update, before the purge.
 	h.clock.Advance(cfg.ActiveTimeout)
@@ -338,4 +352,40 @@ func testWaitlist(t *testing.T, open Opener) {
 func withoutRate(g session.GlobalView) session.GlobalView {
 	g.AdmittedPerMinute = 0
 	return g
+}
+
+func withoutBuckets(g session.GlobalView) session.GlobalView {
+	g.Buckets = nil
+	return g
+}
+
+// requireBuckets checks a view's summary of the line against the waiting
+// positions (ascending): bounded, every bucket starting at a waiter, the
+// counts adding up, and the place a client estimates from it exact at every
+// bucket's start and within MinBucketSize elsewhere.
+func requireBuckets(tb testing.TB, g session.GlobalView, waiters []int64) {
+	tb.Helper()
+	if len(waiters) == 0 {
+		require.Empty(tb, g.Buckets)
+		return
+	}
+	require.Zero(tb, len(g.Buckets)%2)
+	require.LessOrEqual(tb, len(g.Buckets)/2, session.MaxBuckets)
+	rank := make(map[int64]int64, len(waiters))
+	for i, p := range waiters {
+		rank[p] = int64(i) + 1
+	}
+	var sum int64
+	for i := 0; i < len(g.Buckets); i += 2 {
+		start := g.FirstWaitingPosition + g.Buckets[i]
+		_, ok := rank[start]
+		require.True(tb, ok, "bucket %d starts at %d, not a waiter", i/2, start)
+		require.Equal(tb, sum+1, rank[start], "bucket %d: waiters ahead", i/2)
+		sum += g.Buckets[i+1]
+	}
+	require.Equal(tb, g.Waiting, sum, "bucket counts add up to waiting")
+	for _, p := range waiters {
+		est := g.EstimatePlace(p)
+		require.InDelta(tb, rank[p], est, session.MinBucketSize, "estimated place of position %d", p)
+	}
 }

@@ -14,7 +14,7 @@ import (
 // testStaleIsExactlyIsStale checks that Update purges exactly the sessions
 // session.IsStale calls stale: whatever a Store writes its purge in (SQL,
 // ...), it selects the same rows as the rule, to the nanosecond on both sides
-// of each cutoff, for both statuses, and never a waiter that has not left.
+// of each cutoff, for both statuses, and never a waiter still present.
 func testStaleIsExactlyIsStale(t *testing.T, open Opener) {
 	offsets := []time.Duration{-time.Hour, -time.Second, -time.Nanosecond, 0, time.Nanosecond, time.Second}
 	h := newHarness(t, open)
@@ -35,13 +35,14 @@ func testStaleIsExactlyIsStale(t *testing.T, open Opener) {
 		ids = append(ids, idOf("w", i))
 		h.join(cfg, idOf("w", i))
 	}
-	ids = append(ids, "stayed") // waits and never left: never stale
+	ids = append(ids, "stayed") // waits and stays present (its socket is open): never stale
 	h.join(cfg, "stayed")
 	for i, d := range offsets { // in time order
 		h.clock.Set(waitingCutoff.Add(d))
 		h.leave(cfg, idOf("w", i))
 	}
 	h.clock.Set(at)
+	h.seen("stayed")
 
 	before := h.rows(gateName, ids)
 	require.Len(t, before, len(ids))

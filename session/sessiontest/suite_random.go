@@ -43,7 +43,7 @@ type modelGate struct {
 type modelSession struct {
 	position  int64
 	active    bool
-	last      time.Time // zero: null. Exact, as the Waitlist's memory has it
+	last      time.Time // the last sign of life, exact, as the Waitlist's memory has it
 	persisted time.Time // what the store must have
 }
 
@@ -85,18 +85,14 @@ func (g *modelGate) promote(now time.Time) int64 {
 
 func (g *modelGate) join(id string, now time.Time) {
 	if s, ok := g.sessions[id]; ok {
-		if s.active {
-			s.last, s.persisted = now, now
-		} else {
-			s.last, s.persisted = time.Time{}, time.Time{}
-		}
+		s.last, s.persisted = now, now
 		return
 	}
 	active, waiting := g.count()
-	s := &modelSession{position: g.next}
+	s := &modelSession{position: g.next, last: now, persisted: now}
 	g.next++
 	if active < g.cfg.ActiveLimit && waiting == 0 {
-		s.active, s.last, s.persisted = true, now, now
+		s.active = true
 	}
 	g.sessions[id] = s
 }
@@ -129,11 +125,17 @@ func (g *modelGate) refresh(id string, now time.Time) bool {
 	return true
 }
 
+// seen is a request naming the session (status): a sign of life, kept in
+// memory until the next flush.
+func (g *modelGate) seen(id string, now time.Time) {
+	if s, ok := g.sessions[id]; ok && now.After(s.last) {
+		s.last = now
+	}
+}
+
 func (g *modelGate) flush() {
 	for _, s := range g.sessions {
-		if s.active {
-			s.persisted = s.last
-		}
+		s.persisted = s.last
 	}
 }
 
@@ -141,7 +143,7 @@ func (g *modelGate) update(now time.Time) session.UpdateReport {
 	g.flush()
 	r := session.UpdateReport{Gate: g.cfg.Name}
 	for id, s := range g.sessions {
-		if !s.active && !s.last.IsZero() && now.Sub(s.last) > g.cfg.WaitingTimeout {
+		if !s.active && now.Sub(s.last) > g.cfg.WaitingTimeout {
 			delete(g.sessions, id)
 			r.PurgedWaiting++
 		}
@@ -221,7 +223,12 @@ func testRandomized(t *testing.T, open Opener) {
 			require.Equal(t, session.GlobalView{
 				Gate: name, FirstWaitingPosition: first, LastWaitingPosition: last,
 				Waiting: waiting, Active: active, Limit: g.cfg.ActiveLimit,
-			}, withoutRate(gv), "step %d (%s): Global of gate %s", step, what, name)
+			}, withoutBuckets(withoutRate(gv)), "step %d (%s): Global of gate %s", step, what, name)
+			var waiters []int64
+			for _, id := range g.waitersInOrder() {
+				waiters = append(waiters, g.sessions[id].position)
+			}
+			requireBuckets(t, gv, waiters)
 			for _, id := range ids {
 				s, ok := g.sessions[id]
 				err := w.ValidateSessionIsActive(name, id)
@@ -358,6 +365,16 @@ func testRandomized(t *testing.T, open Opener) {
 				require.NoError(t, err, "step %d: %s", step, what)
 				require.Equal(t, s.position, v.Position)
 				require.Equal(t, s.active, v.Status == session.StatusActive)
+				if !s.active {
+					var ahead int64
+					for _, o := range g.sessions {
+						if !o.active && o.position < s.position {
+							ahead++
+						}
+					}
+					require.Equal(t, ahead+1, v.Place, "step %d: %s: exact place", step, what)
+				}
+				g.seen(id, now)
 			} else {
 				require.True(t, errors.Is(err, session.ErrNotFound), "step %d: %s: got %v", step, what, err)
 			}

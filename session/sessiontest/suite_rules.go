@@ -42,13 +42,13 @@ func testJoin(t *testing.T, open Opener) {
 			limit: 2,
 			setup: func(h *harness, cfg session.GateConfig) { h.join(cfg, "a"); h.join(cfg, "b") },
 			id:    "c",
-			want:  want{session.StatusWaiting, 3, "zero", session.Counters{NextPosition: 4, Active: 2, Waiting: 1}, nil},
+			want:  want{session.StatusWaiting, 3, "now", session.Counters{NextPosition: 4, Active: 2, Waiting: 1}, []string{"queued:c"}},
 		},
 		{
 			name:  "limit zero: everyone waits",
 			limit: 0,
 			id:    "a",
-			want:  want{session.StatusWaiting, 1, "zero", session.Counters{NextPosition: 2, Waiting: 1}, nil},
+			want:  want{session.StatusWaiting, 1, "now", session.Counters{NextPosition: 2, Waiting: 1}, []string{"queued:a"}},
 		},
 		{
 			name:  "no queue jumping: a free slot is not taken while someone waits",
@@ -56,10 +56,10 @@ func testJoin(t *testing.T, open Opener) {
 			setup: func(h *harness, cfg session.GateConfig) { h.join(cfg, "a"); h.join(cfg, "b") },
 			cfg:   func(cfg session.GateConfig) session.GateConfig { cfg.ActiveLimit = 3; return cfg },
 			id:    "c",
-			want:  want{session.StatusWaiting, 3, "zero", session.Counters{NextPosition: 4, Active: 1, Waiting: 2}, nil},
+			want:  want{session.StatusWaiting, 3, "now", session.Counters{NextPosition: 4, Active: 1, Waiting: 2}, []string{"queued:c"}},
 		},
 		{
-			name:  "returning waiter clears its departure mark",
+			name:  "returning waiter is seen again and keeps its place",
 			limit: 1,
 			setup: func(h *harness, cfg session.GateConfig) {
 				h.join(cfg, "a")
@@ -69,10 +69,10 @@ func testJoin(t *testing.T, open Opener) {
 				h.clock.Advance(time.Minute)
 			},
 			id:   "b",
-			want: want{session.StatusWaiting, 2, "zero", session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, nil},
+			want: want{session.StatusWaiting, 2, "now", session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, nil},
 		},
 		{
-			name:  "idempotent for a waiter",
+			name:  "idempotent for a waiter, which is seen",
 			limit: 1,
 			setup: func(h *harness, cfg session.GateConfig) {
 				h.join(cfg, "a")
@@ -80,7 +80,7 @@ func testJoin(t *testing.T, open Opener) {
 				h.clock.Advance(time.Second)
 			},
 			id:   "b",
-			want: want{session.StatusWaiting, 2, "zero", session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, nil},
+			want: want{session.StatusWaiting, 2, "now", session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, nil},
 		},
 		{
 			name:  "idempotent for an active session, which is refreshed",
@@ -232,7 +232,7 @@ func testRelease(t *testing.T, open Opener) {
 		mark := h.mark()
 		requireSession(t, b, h.release(cfg, "b"))
 		h.requireAbsent(gateName, "b")
-		assert.Empty(t, h.eventsSince(mark))
+		assert.Equal(t, []string{"dequeued:b"}, kinds(h.eventsSince(mark)))
 		assert.Equal(t, session.StatusWaiting, h.mustGet(gateName, "c").Status)
 		requireState(t, session.Counters{NextPosition: 4, Active: 1, Waiting: 1}, 3, 3, h.state(gateName))
 	})
@@ -275,6 +275,8 @@ func testStaleBoundaries(t *testing.T, open Opener) {
 				subject, at = "w", h.leave(cfg, "w").LastActive.Add(cfg.WaitingTimeout+tc.past)
 			} else {
 				subject, at = "a", h.mustGet(gateName, "a").LastActive.Add(cfg.ActiveTimeout+tc.past)
+				// The waiter stays present meanwhile.
+				require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: "w", LastActive: at}}))
 			}
 			h.clock.Set(at)
 			require.Equal(t, tc.purged, session.IsStale(cfg, h.mustGet(gateName, subject), at), "the rule itself")
@@ -291,7 +293,7 @@ func testStaleBoundaries(t *testing.T, open Opener) {
 			h.requireAbsent(gateName, subject)
 			if tc.status == session.StatusWaiting {
 				assert.Equal(t, session.UpdateReport{Gate: gateName, PurgedWaiting: 1}, zeroCounts(r))
-				assert.Empty(t, h.eventsSince(mark))
+				assert.Equal(t, []string{"dequeued:w"}, kinds(h.eventsSince(mark)))
 				requireState(t, session.Counters{NextPosition: 3, Active: 1}, 0, 0, h.state(gateName))
 			} else {
 				// The freed slot goes to the waiter in the same tick.
@@ -373,7 +375,13 @@ func testUpdateChunks(t *testing.T, open Opener) {
 	for i := 0; i < 6; i++ {
 		h.leave(cfg, idOf("w", i))
 	}
-	h.clock.Advance(cfg.ActiveTimeout) // every active session and every leaver is stale
+	now := h.clock.Advance(cfg.ActiveTimeout) // every active session and every leaver is stale
+	// The waiters who stayed are still present (their sockets are open).
+	var present []session.Touch
+	for i := 6; i < 12; i++ {
+		present = append(present, session.Touch{ID: idOf("w", i), LastActive: now})
+	}
+	require.NoError(t, h.store.Touch(h.ctx, gateName, present))
 	mark := h.mark()
 	r := h.update(cfg, chunk)
 	assert.Equal(t, session.UpdateReport{Gate: gateName, PurgedWaiting: 6, PurgedActive: 5, Promoted: 5}, zeroCounts(r))
@@ -381,7 +389,7 @@ func testUpdateChunks(t *testing.T, open Opener) {
 	assert.GreaterOrEqual(t, r.Transactions, 4)
 	commits := h.commitsSince(mark)
 	assert.GreaterOrEqual(t, len(commits), 3, "each chunk's commit is reported")
-	var deactivated, promoted []string
+	var deactivated, promoted, dequeued []string
 	for _, c := range commits {
 		assert.LessOrEqual(t, len(c.Events), chunk, "a commit of more than one chunk")
 		for _, e := range c.Events {
@@ -390,6 +398,8 @@ func testUpdateChunks(t *testing.T, open Opener) {
 				deactivated = append(deactivated, e.Session.ID)
 			case session.EventPromoted:
 				promoted = append(promoted, e.Session.ID)
+			case session.EventDequeued:
+				dequeued = append(dequeued, e.Session.ID)
 			default:
 				t.Errorf("unexpected event %s", kindName(e.Kind))
 			}
@@ -397,6 +407,7 @@ func testUpdateChunks(t *testing.T, open Opener) {
 	}
 	assert.ElementsMatch(t, []string{"a000", "a001", "a002", "a003", "a004"}, deactivated)
 	assert.Equal(t, []string{"w006", "w007", "w008", "w009", "w010"}, promoted, "promotions in position order")
+	assert.ElementsMatch(t, []string{"w000", "w001", "w002", "w003", "w004", "w005"}, dequeued)
 	// The state in the last commit is the final one.
 	last := commits[len(commits)-1].Gates[gateName]
 	requireState(t, session.Counters{NextPosition: 18, Active: 5, Waiting: 1}, 17, 17, last)
@@ -413,6 +424,7 @@ func testPositionsNeverReused(t *testing.T, open Opener) {
 	// The waiting tail leaves and is purged.
 	h.leave(cfg, "c")
 	h.clock.Advance(cfg.WaitingTimeout + time.Nanosecond)
+	h.seen("b") // b stays
 	assert.Equal(t, int64(1), h.update(cfg, 0).PurgedWaiting)
 	requireState(t, session.Counters{NextPosition: 4, Active: 1, Waiting: 1}, 2, 2, h.state(gateName))
 	assert.Equal(t, int64(4), h.join(cfg, "d").Position)
@@ -448,10 +460,12 @@ func testTouch(t *testing.T, open Opener) {
 	mark := h.mark()
 	require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{
 		{ID: "a", LastActive: later},
-		{ID: "w", LastActive: later},     // waiting: skipped
-		{ID: "ghost", LastActive: later}, // absent: skipped
+		{ID: "w", LastActive: later},                 // waiting: seen
+		{ID: "b", LastActive: Epoch.Add(-time.Hour)}, // older than stored: kept
+		{ID: "ghost", LastActive: later},             // absent: skipped
 	}))
 	a.LastActive = later
+	w.LastActive = later
 	requireSession(t, a, h.mustGet(gateName, "a"))
 	requireSession(t, b, h.mustGet(gateName, "b"))
 	requireSession(t, w, h.mustGet(gateName, "w"))
@@ -496,6 +510,8 @@ func testLoad(t *testing.T, open Opener) {
 		require.Len(t, snaps["x"].Active, 2)
 		requireSession(t, a, snaps["x"].Active[0])
 		requireSession(t, b, snaps["x"].Active[1])
+		assert.Equal(t, []int64{3, 4}, snaps["x"].Waiting)
+		assert.Empty(t, snaps["y"].Waiting)
 		requireState(t, session.Counters{NextPosition: 1}, 0, 0, snaps["y"].State)
 		requireState(t, session.Counters{NextPosition: 2, Active: 1}, 0, 0, snaps["z"].State)
 	}

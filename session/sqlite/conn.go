@@ -25,22 +25,27 @@ const (
 	// the search would step over the whole active set); the last, from the
 	// end of the gate's range.
 	sqlBounds       = `SELECT (SELECT position FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT 1), (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 ORDER BY position DESC LIMIT 1)`
-	sqlSelectRow    = `SELECT status, last_active, created_at FROM sessions WHERE gate = ? AND position = ? AND id = ?`
+	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ? AND position = ? AND id = ?`
 	sqlRowExists    = `SELECT 1 FROM sessions WHERE gate = ? AND position = ?`
-	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at) VALUES (?, ?, ?, ?, ?, ?)`
-	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ? WHERE gate = ? AND position = ?`
+	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at, claim_deadline) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ?, claim_deadline = ? WHERE gate = ? AND position = ?`
 	sqlDeleteRow    = `DELETE FROM sessions WHERE gate = ? AND position = ?`
-	sqlFirstWaiters = `SELECT position, id, status, last_active, created_at FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT ?3`
-	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND last_active IS NOT NULL AND last_active < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at`
-	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NOT NULL AND last_active < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at`
-	sqlTouch        = `UPDATE sessions SET last_active = ? WHERE gate = ? AND position = ? AND id = ? AND status = 1`
-	sqlActive       = `SELECT position, id, status, last_active, created_at FROM sessions WHERE gate = ? AND status = 1 AND last_active IS NOT NULL ORDER BY position`
+	sqlFirstWaiters = `SELECT position, id, status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT ?3`
+	// The purges select exactly the rows session.StaleReason calls stale,
+	// with the cutoffs of session.StaleCutoffs: a waiter last seen before
+	// ?2; an active session last seen before ?2, or unclaimed past its
+	// deadline at ?4. A row without last_active (written before 0003) is
+	// last seen at its creation.
+	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND coalesce(last_active, created_at) < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline`
+	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND (coalesce(last_active, created_at) < ?2 OR claim_deadline < ?4) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline`
+	sqlActive       = `SELECT position, id, status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ? AND status = 1 ORDER BY position`
+	sqlWaitingPos   = `SELECT position FROM sessions WHERE gate = ? AND status = 0 ORDER BY position`
 	sqlKeys         = `SELECT gate, position, id FROM sessions`
 	sqlIDAt         = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
 	sqlSelectMeta   = `SELECT value FROM meta WHERE key = ?`
 	sqlInsertMeta   = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
 	sqlDeleteMeta   = `DELETE FROM meta WHERE key = ?`
-	sqlAllRows      = `SELECT id, position, status, last_active, created_at FROM sessions WHERE gate = ?`
+	sqlAllRows      = `SELECT id, position, status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ?`
 )
 
 // stmt is a statement prepared on the writer's driver connection.
@@ -67,12 +72,13 @@ type wconn struct {
 
 	begin, commit, rollback *stmt
 
-	selectGate, insertGate, updateGate, bounds *stmt
-	selectRow, rowExists, insertRow, updateRow *stmt
-	deleteRow, firstWaiters, purgeWaiting      *stmt
-	purgeActive, touch, active, keys, idAt     *stmt
-	selectMeta, insertMeta, deleteMeta         *stmt
-	checkpoint, truncate, pageSize             *stmt
+	selectGate, insertGate, updateGate, bounds  *stmt
+	selectRow, rowExists, insertRow, updateRow  *stmt
+	deleteRow, firstWaiters, purgeWaiting       *stmt
+	purgeActive, active, waitingPos, keys, idAt *stmt
+	selectMeta, insertMeta, deleteMeta          *stmt
+	allSettings                                 *stmt
+	checkpoint, truncate, pageSize              *stmt
 }
 
 func (w *wconn) prepare(ctx context.Context) error {
@@ -88,8 +94,9 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
 		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.purgeWaiting, sqlPurgeWaiting},
-		{&w.purgeActive, sqlPurgeActive}, {&w.touch, sqlTouch}, {&w.active, sqlActive}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
+		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
+		{&w.allSettings, sqlAllSettings},
 		{&w.checkpoint, "PRAGMA wal_checkpoint(PASSIVE)"}, {&w.truncate, "PRAGMA wal_checkpoint(TRUNCATE)"},
 		{&w.pageSize, "PRAGMA page_size"},
 	} {
@@ -128,8 +135,9 @@ func (w *wconn) close() error {
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
 		w.deleteRow, w.firstWaiters, w.purgeWaiting,
-		w.purgeActive, w.touch, w.active, w.keys, w.idAt,
+		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
+		w.allSettings,
 		w.checkpoint, w.truncate, w.pageSize,
 	} {
 		if s != nil {
@@ -202,11 +210,11 @@ func (w *wconn) queryRow(s *stmt, dest []driver.Value, args ...any) (bool, error
 	return true, cerr
 }
 
-// sessions reads rows of (position, id, status, last_active, created_at)
-// into out and closes them.
+// sessions reads rows of (position, id, status, last_active, created_at,
+// claim_deadline) into out and closes them.
 func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) ([]session.Session, error) {
 	defer rows.Close()
-	var dest [5]driver.Value
+	var dest [6]driver.Value
 	for {
 		err := rows.Next(dest[:])
 		if errors.Is(err, io.EOF) {
@@ -221,6 +229,7 @@ func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) (
 			status:     asInt(dest[2]),
 			lastActive: asNullInt(dest[3]),
 			createdAt:  asInt(dest[4]),
+			claim:      asNullInt(dest[5]),
 		}
 		out = append(out, r.session(gate))
 	}
@@ -280,6 +289,7 @@ type rawRow struct {
 	status     int64
 	lastActive sql.NullInt64
 	createdAt  int64
+	claim      sql.NullInt64
 }
 
 func (r *rawRow) session(gate string) session.Session {
@@ -296,13 +306,16 @@ func (r *rawRow) session(gate string) session.Session {
 	if r.lastActive.Valid {
 		s.LastActive = fromNanos(r.lastActive.Int64)
 	}
+	if r.claim.Valid {
+		s.ClaimDeadline = fromNanos(r.claim.Int64)
+	}
 	return s
 }
 
 // scanSession scans a row of sqlSelectRow read through database/sql.
 func scanSession(row *sql.Row, gate, id string, position int64) (session.Session, error) {
 	r := rawRow{id: id, position: position}
-	if err := row.Scan(&r.status, &r.lastActive, &r.createdAt); err != nil {
+	if err := row.Scan(&r.status, &r.lastActive, &r.createdAt, &r.claim); err != nil {
 		return session.Session{}, err
 	}
 	return r.session(gate), nil

@@ -2,7 +2,10 @@ package sqlite
 
 import (
 	"database/sql/driver"
+	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"time"
 
 	"github.com/anteroomhq/anteroom/session"
@@ -113,13 +116,13 @@ func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 	if !ok {
 		return nil, sl, nil
 	}
-	var dest [3]driver.Value
+	var dest [4]driver.Value
 	found, err := s.wc.queryRow(s.wc.selectRow, dest[:], gate, pos, id)
 	if err != nil {
 		return nil, sl, fmt.Errorf("read session: %w", err)
 	}
 	if found {
-		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2])}
+		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2]), claim: asNullInt(dest[3])}
 		sess := r.session(gate)
 		return &sess, sl, nil
 	}
@@ -144,12 +147,12 @@ func (s *Store) write(e *gateEntry, out session.Outcome, sl slot) error {
 	case session.ActionNone:
 		return nil
 	case session.ActionInsert:
-		_, err = s.wc.exec(s.wc.insertRow, e.name, r.Position, r.ID, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano())
+		_, err = s.wc.exec(s.wc.insertRow, e.name, r.Position, r.ID, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano(), nullNanos(r.ClaimDeadline))
 		if err == nil {
 			s.idx.put(e.name, r.ID, sl, r.Position)
 		}
 	case session.ActionUpdate:
-		_, err = s.wc.exec(s.wc.updateRow, statusValue(r.Status), nullNanos(r.LastActive), e.name, r.Position)
+		_, err = s.wc.exec(s.wc.updateRow, statusValue(r.Status), nullNanos(r.LastActive), nullNanos(r.ClaimDeadline), e.name, r.Position)
 	case session.ActionDelete:
 		_, err = s.wc.exec(s.wc.deleteRow, e.name, r.Position)
 		if err == nil {
@@ -171,6 +174,16 @@ func (b *batch) event(kind session.EventKind, s session.Session) {
 	b.events = append(b.events, session.Event{Kind: kind, Session: s})
 }
 
+// left records that s left its gate (EventDeactivated or EventDequeued, by
+// its status) for reason.
+func (b *batch) left(s session.Session, reason session.PurgeReason) {
+	kind := session.EventDequeued
+	if s.Status == session.StatusActive {
+		kind = session.EventDeactivated
+	}
+	b.events = append(b.events, session.Event{Kind: kind, Session: s, Reason: reason})
+}
+
 func notFound(kind opKind, gate, id string) error {
 	return session.Errorf(session.CodeNotFound, "sqlite: %s: session %q of gate %q not found", kind, id, gate)
 }
@@ -185,17 +198,21 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	if err != nil {
 		return err
 	}
-	out := session.DecideJoin(o.cfg, e.c, existing, o.id, normTime(o.now))
+	out, err := session.DecideJoin(o.cfg, e.c, e.pace, existing, o.id, normTime(o.now))
+	if err != nil {
+		return err // a domain refusal (gate_closed), before any write
+	}
 	if err := s.write(e, out, sl); err != nil {
 		return err
 	}
-	if out.Session.Status == session.StatusActive {
-		switch out.Action {
-		case session.ActionInsert:
-			b.event(session.EventActivated, out.Session)
-		case session.ActionUpdate:
-			b.event(session.EventRefreshed, out.Session)
-		}
+	e.pace = out.Pace
+	switch {
+	case out.Session.Status == session.StatusActive && out.Action == session.ActionInsert:
+		b.event(session.EventActivated, out.Session)
+	case out.Session.Status == session.StatusActive && out.Action == session.ActionUpdate:
+		b.event(session.EventRefreshed, out.Session)
+	case out.Action == session.ActionInsert:
+		b.event(session.EventQueued, out.Session)
 	}
 	o.sess = out.Session
 	return nil
@@ -243,10 +260,10 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 	if err := s.write(e, out, sl); err != nil {
 		return err
 	}
-	if out.Action == session.ActionDelete && existing.Status == session.StatusActive {
-		b.event(session.EventDeactivated, *existing)
+	if out.Action == session.ActionDelete {
+		b.left(*existing, session.Released)
 	}
-	if _, err := s.promote(b, e, out.Promote, normTime(o.now)); err != nil {
+	if _, err := s.promote(b, e, o.cfg, out.Promote, normTime(o.now)); err != nil {
 		return err
 	}
 	o.sess = out.Session
@@ -254,8 +271,10 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 }
 
 // promote promotes the first n waiters of the gate, in position order, with
-// session.Promote. It returns how many it promoted.
-func (s *Store) promote(b *batch, e *gateEntry, n int64, now time.Time) (int64, error) {
+// session.Promote, but no more than the gate's pacing allows at now
+// (session.Pace). It returns how many it promoted.
+func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time) (int64, error) {
+	n = min(n, e.pace.Available(cfg, now))
 	if n <= 0 {
 		return 0, nil
 	}
@@ -268,29 +287,82 @@ func (s *Store) promote(b *batch, e *gateEntry, n int64, now time.Time) (int64, 
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
 	for _, w := range b.rows {
-		out := session.Promote(w, now)
+		out := session.Promote(cfg, w, now)
 		if err := s.write(e, out, slot{}); err != nil {
 			return 0, err
 		}
 		b.event(session.EventPromoted, out.Session)
 		e.lb = w.Position + 1
 	}
+	_, e.pace = e.pace.Allow(cfg, int64(len(b.rows)), now)
 	return int64(len(b.rows)), nil
 }
 
-func (s *Store) applyTouch(o *op) error {
+func (s *Store) applyTouch(b *batch, o *op) error {
+	e, err := s.gate(b, o.cfg.Name)
+	if err != nil {
+		return err
+	}
+	report := e.report
 	for _, t := range o.touches {
-		if t.LastActive.IsZero() {
+		if t.LastActive.IsZero() && !t.Claim {
 			continue
 		}
-		pos, _, ok := s.idx.lookup(o.cfg.Name, t.ID)
-		if !ok {
-			continue
+		existing, sl, err := s.find(e.name, t.ID)
+		if err != nil {
+			return err
 		}
-		if _, err := s.wc.exec(s.wc.touch, t.LastActive.UnixNano(), o.cfg.Name, pos, t.ID); err != nil {
-			return fmt.Errorf("touch: %w", err)
+		t.LastActive = normTime(t.LastActive)
+		out := session.DecideTouch(existing, t)
+		if err := s.write(e, out, sl); err != nil {
+			return err
+		}
+		if out.Action == session.ActionUpdate && existing.ClaimDeadline != out.Session.ClaimDeadline {
+			b.event(session.EventRefreshed, out.Session)
 		}
 	}
+	// A touch moves no counter and no bound: the gate's state is not reported.
+	e.report = report
+	return nil
+}
+
+// applyPurge runs one transaction of a Purge: each named session that is
+// stale goes (session.DecidePurge), then the freed slots are filled.
+func (s *Store) applyPurge(b *batch, o *op) error {
+	e, err := s.gate(b, o.cfg.Name)
+	if err != nil {
+		return err
+	}
+	now := normTime(o.now)
+	var step updateStep
+	for _, id := range o.ids {
+		row, sl, err := s.find(e.name, id)
+		if err != nil {
+			return err
+		}
+		if row == nil {
+			continue
+		}
+		why := session.StaleReason(o.cfg, *row, now)
+		if why == session.NotStale {
+			continue
+		}
+		if err := s.write(e, session.DecidePurge(*row), sl); err != nil {
+			return err
+		}
+		if row.Status == session.StatusActive {
+			step.purgedActive++
+		} else {
+			step.purgedWaiting++
+		}
+		b.left(*row, why)
+	}
+	n, err := s.promote(b, e, o.cfg, session.Promotions(o.cfg, e.c), now)
+	if err != nil {
+		return err
+	}
+	step.promoted = n
+	o.upd = step
 	return nil
 }
 
@@ -308,7 +380,7 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 	defer func() { o.upd = step }()
 	budget := int64(st.chunk)
 	if st.phase == 0 {
-		rows, err := s.wc.query(s.wc.purgeWaiting, e.name, st.waitingCutoff, budget)
+		rows, err := s.wc.query(s.wc.purgeWaiting, e.name, st.waitingCutoff, budget, st.now)
 		if err != nil {
 			return fmt.Errorf("purge waiting: %w", err)
 		}
@@ -327,7 +399,7 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		st.phase = 1
 	}
 	if st.phase == 1 {
-		rows, err := s.wc.query(s.wc.purgeActive, e.name, st.activeCutoff, budget)
+		rows, err := s.wc.query(s.wc.purgeActive, e.name, st.activeCutoff, budget, st.now)
 		if err != nil {
 			return fmt.Errorf("purge active: %w", err)
 		}
@@ -345,8 +417,8 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		}
 		st.phase = 2
 	}
-	want := session.PromotionCount(o.cfg.ActiveLimit, e.c)
-	n, err := s.promote(b, e, min(want, budget), normTime(o.now))
+	want := session.Promotions(o.cfg, e.c)
+	n, err := s.promote(b, e, o.cfg, min(want, budget), normTime(o.now))
 	if err != nil {
 		return err
 	}
@@ -357,7 +429,8 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 
 // purged accounts for the rows in b.rows that a purge statement deleted,
 // with session.DecidePurge. The statements select stale rows in SQL
-// (last_active set and below the cutoff of session.StaleCutoffs): a row that
+// (last seen below the cutoff of session.StaleCutoffs, or unclaimed past its
+// deadline): a row that
 // session.IsStale does not call stale means the SQL and the rule disagree,
 // and the op fails (its transaction is rolled back) rather than purge it.
 func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
@@ -371,16 +444,24 @@ func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
 		e.c = e.c.Add(out.Delta)
 		e.save, e.report = true, true
 		s.idx.remove(e.name, r.ID, r.Position)
-		if r.Status == session.StatusActive {
-			b.event(session.EventDeactivated, r)
-		}
+		b.left(r, session.StaleReason(o.cfg, r, now))
 	}
 	return nil
 }
 
 func (s *Store) applyLoad(b *batch, o *op) error {
-	o.snaps = make(map[string]session.GateSnapshot, len(o.gates))
-	for _, name := range o.gates {
+	settings, err := s.allSettings()
+	if err != nil {
+		return err
+	}
+	names := append([]string(nil), o.gates...)
+	for name := range settings {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	o.snaps = make(map[string]session.GateSnapshot, len(names))
+	for _, name := range names {
 		e, err := s.gate(b, name)
 		if err != nil {
 			return err
@@ -397,7 +478,15 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		if err != nil {
 			return fmt.Errorf("read active sessions: %w", err)
 		}
-		o.snaps[name] = session.GateSnapshot{State: st, Active: active}
+		waiting, err := s.waitingPositions(name, st.Waiting)
+		if err != nil {
+			return err
+		}
+		snap := session.GateSnapshot{State: st, Active: active, Waiting: waiting}
+		if c, ok := settings[name]; ok {
+			snap.Settings = &c
+		}
+		o.snaps[name] = snap
 	}
 	return nil
 }
@@ -424,6 +513,27 @@ func (s *Store) applySecret(o *op) error {
 	}
 	o.secret = append([]byte(nil), v...)
 	return nil
+}
+
+// waitingPositions reads the positions of the gate's waiters, ascending.
+func (s *Store) waitingPositions(gate string, hint int64) ([]int64, error) {
+	rows, err := s.wc.query(s.wc.waitingPos, gate)
+	if err != nil {
+		return nil, fmt.Errorf("read waiting positions: %w", err)
+	}
+	defer rows.Close()
+	out := make([]int64, 0, hint)
+	var dest [1]driver.Value
+	for {
+		err := rows.Next(dest[:])
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read waiting positions: %w", err)
+		}
+		out = append(out, asInt(dest[0]))
+	}
 }
 
 // probeKey names the row a readiness probe writes and deletes.

@@ -108,6 +108,12 @@ type Options struct {
 	// CacheKiB is the page cache of the writer connection, in KiB. Default
 	// 16384 (16 MiB).
 	CacheKiB int
+	// OnCommit, when set, is called by the writer after each committed
+	// transaction, once its callers are answered, with the number of
+	// operations the transaction ran and the time from the writer taking
+	// them to the commit. It is on the writer's path: it must not block
+	// (an observation of a histogram is fine).
+	OnCommit func(ops int, d time.Duration)
 }
 
 const (
@@ -169,6 +175,7 @@ type Store struct {
 	r      readerStmts
 
 	listener atomic.Pointer[func(session.Commit)]
+	onCommit func(ops int, d time.Duration) // Options.OnCommit
 
 	mu         sync.RWMutex // held shared by senders, exclusively by Close
 	closed     atomic.Bool
@@ -281,6 +288,7 @@ func Open(path string, opts Options) (*Store, error) {
 		path:       path,
 		log:        opts.Logger,
 		maxBatch:   opts.MaxBatch,
+		onCommit:   opts.OnCommit,
 		lock:       lock,
 		dbFile:     dbFile,
 		side:       side,
@@ -565,10 +573,11 @@ func (s *Store) sessionOp(ctx context.Context, kind opKind, cfg session.GateConf
 	return sess, err
 }
 
-// Touch persists LastActive for the given active sessions of gate, in one
-// transaction: the caller bounds len(touches) (the Waitlist sends at most
-// session.Options.UpdateChunk). Sessions that do not exist or are waiting
-// are skipped. It reports nothing to the commit listener.
+// Touch runs session.DecideTouch for the given sessions of gate, waiting or
+// active, in one transaction: the caller bounds len(touches) (the Waitlist
+// sends at most session.Options.UpdateChunk). Sessions that do not exist are
+// skipped. It reports claims to the commit listener (as refreshes), nothing
+// else.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name,
 // session.ErrUnavailable after Close, the context's error when it is done
@@ -615,6 +624,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		chunk:         chunk,
 		waitingCutoff: waitingCutoff.UnixNano(),
 		activeCutoff:  activeCutoff.UnixNano(),
+		now:           now.UnixNano(),
 	}
 	for !step.finished {
 		o := newOp(ctx, opUpdate)
@@ -632,6 +642,45 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		rep.PurgedWaiting += step.purgedWaiting
 		rep.PurgedActive += step.purgedActive
 		rep.Promoted += step.promoted
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// Purge deletes those of ids that session.StaleReason calls stale at now,
+// then promotes session.Promotions waiters into the freed slots (as the
+// gate's pacing allows), in one transaction (ids beyond session.DefaultUpdateChunk
+// go in further ones). Absent sessions are skipped. With no ids it only
+// promotes: the Waitlist's sweeper fills slots so as pacing tokens come back.
+//
+// Errors: those of Join.
+func (s *Store) Purge(ctx context.Context, cfg session.GateConfig, ids []string, now time.Time) (session.UpdateReport, error) {
+	start := time.Now()
+	rep := session.UpdateReport{Gate: cfg.Name}
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	for _, id := range ids {
+		if !session.ValidID(id) {
+			return rep, session.Errorf(session.CodeInvalidArgument, "sqlite: purge: invalid session id %q", id)
+		}
+	}
+	for first := true; first || len(ids) > 0; first = false {
+		n := min(len(ids), session.DefaultUpdateChunk)
+		o := newOp(ctx, opPurge)
+		o.cfg, o.now, o.ids = cfg, now, ids[:n]
+		err := s.do(o)
+		step := o.upd
+		putOp(o)
+		if err != nil {
+			rep.Duration = time.Since(start)
+			return rep, err
+		}
+		rep.Transactions++
+		rep.PurgedWaiting += step.purgedWaiting
+		rep.PurgedActive += step.purgedActive
+		rep.Promoted += step.promoted
+		ids = ids[n:]
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
@@ -697,7 +746,7 @@ func (s *Store) Rows(ctx context.Context, gate string) ([]session.Session, error
 	var out []session.Session
 	for rows.Next() {
 		var r rawRow
-		if err := rows.Scan(&r.id, &r.position, &r.status, &r.lastActive, &r.createdAt); err != nil {
+		if err := rows.Scan(&r.id, &r.position, &r.status, &r.lastActive, &r.createdAt, &r.claim); err != nil {
 			return nil, s.readErr("rows", err)
 		}
 		out = append(out, r.session(gate))

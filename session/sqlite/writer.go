@@ -24,7 +24,9 @@ const (
 	opUpdate
 	opLoad
 	opSecret
+	opPurge
 	opProbe
+	opSettings
 )
 
 func (k opKind) String() string {
@@ -43,8 +45,12 @@ func (k opKind) String() string {
 		return "load"
 	case opSecret:
 		return "secret"
+	case opPurge:
+		return "purge"
 	case opProbe:
 		return "probe"
+	case opSettings:
+		return "settings"
 	}
 	return "op"
 }
@@ -58,10 +64,12 @@ type op struct {
 	id      string
 	now     time.Time
 	touches []session.Touch
+	ids     []string
 	gates   []string
 	gen     func() ([]byte, error)
-	updIn   updateStep // where an update step starts
-	upd     updateStep // where it ended, and what it did
+	setting *session.GateConfig // opSettings: what to save; nil deletes
+	updIn   updateStep          // where an update step starts
+	upd     updateStep          // where it ended, and what it did
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
@@ -89,6 +97,7 @@ func putOp(o *op) {
 type updateStep struct {
 	chunk                       int
 	waitingCutoff, activeCutoff int64 // unix nanos
+	now                         int64 // unix nanos: unclaimed past their deadline before it
 	phase                       int   // 0 purge waiting, 1 purge active, 2 promote
 	finished                    bool
 
@@ -106,6 +115,9 @@ type gateEntry struct {
 	// unknown), where the search for it starts: positions never move, and
 	// no session goes from active back to waiting, so it stays one.
 	lb int64
+	// pace is the gate's admission pacing (session.Pace), kept in memory
+	// only: it is restored with the rest of the entry when an op is undone.
+	pace session.Pace
 
 	inBatch bool // listed in batch.touched
 	save    bool // counters changed in this transaction
@@ -177,6 +189,10 @@ func answer(o *op) { o.done <- struct{}{} }
 // runBatch runs ops in one transaction, commits, tells the listener, then
 // answers every caller.
 func (s *Store) runBatch(ops []*op) {
+	var start time.Time
+	if s.onCommit != nil {
+		start = time.Now()
+	}
 	s.stats.ops.Add(int64(len(ops)))
 	b := &s.b
 	b.live = b.live[:0]
@@ -199,8 +215,12 @@ func (s *Store) runBatch(ops []*op) {
 			if fn := s.listener.Load(); fn != nil && (len(b.events) > 0 || len(gates) > 0) {
 				s.notify(*fn, session.Commit{Events: b.events, Gates: gates})
 			}
+			n := len(b.live)
 			for _, o := range b.live {
 				answer(o)
+			}
+			if s.onCommit != nil {
+				s.onCommit(n, time.Since(start))
 			}
 			return
 		}
@@ -353,7 +373,9 @@ func (s *Store) apply(b *batch, o *op) error {
 	case opRelease:
 		err = s.applyRelease(b, o)
 	case opTouch:
-		err = s.applyTouch(o)
+		err = s.applyTouch(b, o)
+	case opPurge:
+		err = s.applyPurge(b, o)
 	case opUpdate:
 		err = s.applyUpdate(b, o)
 	case opLoad:
@@ -362,6 +384,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applySecret(o)
 	case opProbe:
 		err = s.applyProbe()
+	case opSettings:
+		err = s.applySettings(o)
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
