@@ -136,6 +136,7 @@ type recorder struct {
 	etaRelErr []float64       // |etaErr| / actual wait
 
 	placeSamples, placeWithin, convexWithin, placeExact int64
+	freshSamples, freshWithin                           int64
 	placeErrHist                                        [placeHistMax + 1]int64
 	maxPlaceErr                                         int64
 }
@@ -254,6 +255,7 @@ type placeSample struct {
 	id       string
 	position int64
 	view     *session.GlobalView
+	fresh    bool // the client holds the newest message any client got
 }
 
 // sample compares the places the clients display with their exact ranks at
@@ -277,6 +279,12 @@ func (r *recorder) sample(samples []placeSample) {
 		r.placeSamples++
 		if d <= 10 {
 			r.placeWithin++
+		}
+		if s.fresh {
+			r.freshSamples++
+			if d <= 10 {
+				r.freshWithin++
+			}
 		}
 		if d == 0 {
 			r.placeExact++
@@ -328,6 +336,8 @@ type abandonOutcome struct {
 	etaErr          []float64
 	etaRelErr       []float64
 	placeSamples    int64
+	freshSamples    int64
+	freshWithin     int64
 	placeWithin     int64
 	placeExact      int64
 	convexWithin    int64
@@ -382,6 +392,7 @@ func (r *recorder) finish() abandonOutcome {
 	o.etaErr = slices.Clone(r.etaErr)
 	o.etaRelErr = slices.Clone(r.etaRelErr)
 	o.placeSamples, o.placeWithin, o.placeExact, o.convexWithin = r.placeSamples, r.placeWithin, r.placeExact, r.convexWithin
+	o.freshSamples, o.freshWithin = r.freshSamples, r.freshWithin
 	o.placeP99 = r.placeErrPercentile(0.99)
 	o.maxPlaceErr = r.maxPlaceErr
 	return o

@@ -201,14 +201,15 @@ func TestRecorderSamplesPlaceAndETA(t *testing.T) {
 	r.observe(commit(gone...))
 	fresh := &session.GlobalView{FirstWaitingPosition: 21, LastWaitingPosition: 40, Waiting: 20, AdmittedPerMinute: 2}
 	r.sample([]placeSample{
-		{id: "w25", position: 25, view: fresh}, // exact: 5
-		{id: "w40", position: 40, view: stale}, // shows 40, is 20
-		{id: "w3", position: 3, view: fresh},   // not waiting: skipped
-		{id: "w30", position: 30, view: nil},   // no view yet: skipped
+		{id: "w25", position: 25, view: fresh, fresh: true}, // exact: 5
+		{id: "w40", position: 40, view: stale},              // shows 40, is 20
+		{id: "w3", position: 3, view: fresh},                // not waiting: skipped
+		{id: "w30", position: 30, view: nil},                // no view yet: skipped
 	})
 	assert.EqualValues(t, 2, r.placeSamples)
 	assert.EqualValues(t, 1, r.placeWithin)
 	assert.EqualValues(t, 1, r.placeExact)
+	assert.EqualValues(t, []int64{1, 1}, []int64{r.freshSamples, r.freshWithin})
 	assert.EqualValues(t, 20, r.maxPlaceErr)
 	assert.EqualValues(t, 20, r.placeErrPercentile(0.99))
 

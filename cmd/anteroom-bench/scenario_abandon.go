@@ -167,7 +167,8 @@ type abandonRun struct {
 	firstErr atomic.Pointer[error]
 
 	decodeMu sync.Mutex
-	decoded  map[string]*session.GlobalView
+	decoded  map[string]*heldView
+	latest   atomic.Int64 // seq of the newest global message any client got
 
 	mu      sync.Mutex
 	clients []*abandonClient
@@ -181,7 +182,7 @@ type abandonClient struct {
 	token    string
 	position atomic.Int64
 	sampling atomic.Bool // its socket is open and it waits: its place is sampled
-	view     atomic.Pointer[session.GlobalView]
+	view     atomic.Pointer[heldView]
 }
 
 func (b *bench) abandonRun(ctx context.Context, p abandonParams, plans []abandonPlan, mode abandonMode) (abandonOutcome, error) {
@@ -192,7 +193,7 @@ func (b *bench) abandonRun(ctx context.Context, p abandonParams, plans []abandon
 	defer cleanup()
 	clock := newSimClock(p.scale)
 	r := &abandonRun{b: b, p: p, mode: mode, clock: clock, rec: newRecorder(clock.since),
-		decoded: map[string]*session.GlobalView{}, sockets: map[*wsClient]struct{}{}}
+		decoded: map[string]*heldView{}, sockets: map[*wsClient]struct{}{}}
 	scaled := func(d, floor time.Duration) time.Duration { return max(clock.real(d), floor) }
 	// The broadcast interval is scaled too, down to 100 ms: one global
 	// message to every socket more often than that costs this process (both
@@ -296,6 +297,9 @@ func (b *bench) abandonRun(ctx context.Context, p abandonParams, plans []abandon
 	}
 	o := r.rec.finish()
 	o.lostBy = r.lostByKind()
+	if b.cfg.verbose {
+		r.debugGhosts()
+	}
 	o.drops = r.drops.Load()
 	stop()
 	r.closeSockets()
@@ -333,6 +337,25 @@ func (r *abandonRun) lostByKind() string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// debugGhosts prints, with -v, the ghosts that held a slot longer than the
+// claim window plus the disconnect grace, and the present clients that lost
+// their place.
+func (r *abandonRun) debugGhosts() {
+	r.rec.mu.Lock()
+	defer r.rec.mu.Unlock()
+	limit := r.mode.claimTimeout + r.mode.releaseOnDisconnect
+	for _, c := range r.clients {
+		st := r.rec.sess[c.id]
+		if st == nil {
+			continue
+		}
+		if limit > 0 && st.ghostHeld > limit || r.rec.lost[c.id] {
+			r.b.progress("abandon (%s): %s %s lost=%v held %s: joined %s gone %s active since %s promoted %v claimed %v active %v",
+				r.mode.name, kindNames[c.plan.kind], c.id, r.rec.lost[c.id], st.ghostHeld, c.plan.joinAt, st.goneAt, st.activeSince, st.promoted, st.claimed, st.active)
+		}
+	}
 }
 
 // sleepSim sleeps until the simulated offset at; false when ctx ended.
@@ -381,8 +404,7 @@ func (r *abandonRun) join(ctx context.Context, c *abandonClient) (session.Sessio
 		c.id = v.Session
 	}
 	c.position.Store(v.Position)
-	g := v.GlobalView
-	c.view.Store(&g)
+	c.view.Store(&heldView{view: &v.GlobalView, seq: r.latest.Load()})
 	return v.SessionView, nil
 }
 
@@ -504,7 +526,7 @@ func (r *abandonRun) read(c *abandonClient, l *link) {
 
 // decodeGlobal decodes a global message once for all the sockets that get
 // the same bytes.
-func (r *abandonRun) decodeGlobal(p []byte) *session.GlobalView {
+func (r *abandonRun) decodeGlobal(p []byte) *heldView {
 	r.decodeMu.Lock()
 	defer r.decodeMu.Unlock()
 	if v, ok := r.decoded[string(p)]; ok {
@@ -517,8 +539,16 @@ func (r *abandonRun) decodeGlobal(p []byte) *session.GlobalView {
 	if len(r.decoded) >= 64 {
 		clear(r.decoded)
 	}
-	r.decoded[string(p)] = &v
-	return &v
+	h := &heldView{view: &v, seq: r.latest.Add(1)}
+	r.decoded[string(p)] = h
+	return h
+}
+
+// heldView is the global view a client holds, and the rank of its message
+// among those any client received (the newest has the highest).
+type heldView struct {
+	view *session.GlobalView
+	seq  int64
 }
 
 // visit is an admitted client's stay: then it releases, or closes its socket
@@ -683,9 +713,11 @@ func (r *abandonRun) sampler(ctx context.Context) time.Duration {
 		}
 		late = max(late, r.clock.since()-next)
 		buf = buf[:0]
+		latest := r.latest.Load()
 		for _, c := range r.clients {
 			if c.sampling.Load() {
-				buf = append(buf, placeSample{id: c.id, position: c.position.Load(), view: c.view.Load()})
+				h := c.view.Load()
+				buf = append(buf, placeSample{id: c.id, position: c.position.Load(), view: h.view, fresh: h.seq >= latest})
 			}
 		}
 		r.rec.sample(buf)
@@ -718,6 +750,12 @@ func abandonResults(p abandonParams, n, o abandonOutcome, load string) []Result 
 		}
 		return 100 * float64(x.placeWithin) / float64(x.placeSamples)
 	}
+	fresh := func(x abandonOutcome) float64 {
+		if x.freshSamples == 0 {
+			return math.NaN()
+		}
+		return 100 * float64(x.freshWithin) / float64(x.freshSamples)
+	}
 	claimSec := modePresence.claimTimeout.Seconds()
 	common := fmt.Sprintf("%d waiters over %s + limit %d visitors, %s simulated per mode at scale %g; load %s",
 		p.waiters, p.arrival, p.limit, p.duration, p.scale, load)
@@ -738,6 +776,9 @@ func abandonResults(p abandonParams, n, o abandonOutcome, load string) []Result 
 			Check: checkValueMin, Want: 99, Target: ">= 99% of samples",
 			Note: fmt.Sprintf("presence rules: %d samples (every waiter with a socket, every simulated second), exact %.1f%%, p99 |error| %d, max %d; baseline: Convex's position-first+1 from the same messages; today's rules run: %.2f%%",
 				n.placeSamples, 100*float64(n.placeExact)/float64(max(n.placeSamples, 1)), n.placeP99, n.maxPlaceErr, pct(o))}.withBaseline(100 * float64(n.convexWithin) / float64(max(n.placeSamples, 1))),
+		{Metric: "  same, samples holding the newest message", Unit: unitPercent, Value: fresh(n),
+			Note: fmt.Sprintf("samples where the client held the newest global message any client had received (%d of %d; today's rules run %.2f%% of %d): the arithmetic without the delivery lag of the other sockets",
+				n.freshSamples, n.placeSamples, fresh(o), o.freshSamples)},
 		Result{Metric: "slot freed -> next waiter claims it, p50", Unit: unitSec, Value: percentile(n.claimLat, 0.5),
 			Note: fmt.Sprintf("from the commit that freed it (through any ghost promoted into it) to the present waiter learning it is admitted; baseline: today's rules; claims %d vs %d, plus slots still unclaimed at the end %d vs %d, counted with the time so far", n.admitted, o.admitted, n.unclaimed, o.unclaimed)}.withBaseline(percentile(o.claimLat, 0.5)),
 		Result{Metric: "slot freed -> next waiter claims it, p99", Unit: unitSec, Value: percentile(n.claimLat, 0.99),
