@@ -309,9 +309,8 @@ func (b *bench) abandonRun(ctx context.Context, p abandonParams, plans []abandon
 	if p := r.firstErr.Load(); p != nil {
 		o.firstError = (*p).Error()
 	}
-	if o.errors > int64(len(plans)/100) {
-		return o, fmt.Errorf("%d client errors, the first: %s", o.errors, o.firstError)
-	}
+	// Client errors (requests that timed out on an overloaded machine) are
+	// reported in the table, not as a failure to run.
 	return o, nil
 }
 
@@ -788,7 +787,7 @@ func abandonResults(p abandonParams, n, o abandonOutcome, load string) []Result 
 				len(n.etaErr), len(o.etaErr), 100*percentile(n.etaRelErr, 0.5), 100*percentile(o.etaRelErr, 0.5), percentile(n.etaErr, 0.5), percentile(o.etaErr, 0.5))}.withBaseline(percentile(absAll(o.etaErr), 0.5)),
 		Result{Metric: "ETA error at admission, p90", Unit: unitSec, Value: percentile(absAll(n.etaErr), 0.9),
 			Note: fmt.Sprintf("relative p90 %.0f%% vs %.0f%%; baseline: today's rules", 100*percentile(n.etaRelErr, 0.9), 100*percentile(o.etaRelErr, 0.9))}.withBaseline(percentile(absAll(o.etaErr), 0.9)),
-		{Metric: "run health", Value: float64(n.errors + o.errors),
+		{Metric: "run health: client errors", Value: float64(n.errors + o.errors), Check: checkValueEq, Want: 0, Target: "0",
 			Note: fmt.Sprintf("presence rules / today's rules: sockets the server dropped (the client reconnected) %d / %d; client errors %d / %d (first: %q / %q); worst sampling tick lateness %s / %s simulated; waiting at the end %d / %d",
 				n.drops, o.drops, n.errors, o.errors, n.firstError, o.firstError, n.lateSamplesMax.Round(time.Millisecond), o.lateSamplesMax.Round(time.Millisecond), n.waitersAtEnd, o.waitersAtEnd)},
 	}
