@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -331,6 +332,7 @@ type abandonOutcome struct {
 	stillHeld       int       // ghosts still holding a slot at the end (counted up to it)
 	lost            int
 	lostBy          string // lost per kind of client
+	lostIDs         map[string]bool
 	claimLat        []float64
 	unclaimed       int // slots freed and not claimed by a present waiter by the end (in claimLat as the time so far)
 	etaErr          []float64
@@ -387,6 +389,7 @@ func (r *recorder) finish() abandonOutcome {
 		}
 	}
 	o.lost = len(r.lost)
+	o.lostIDs = maps.Clone(r.lost)
 	o.claimLat = append(o.claimLat, r.claimLat...)
 	o.admitted = len(r.claimLat)
 	o.etaErr = slices.Clone(r.etaErr)

@@ -296,14 +296,16 @@ func (b *bench) abandonRun(ctx context.Context, p abandonParams, plans []abandon
 		return abandonOutcome{}, err
 	}
 	o := r.rec.finish()
-	o.lostBy = r.lostByKind()
-	if b.cfg.verbose {
-		r.debugGhosts()
-	}
 	o.drops = r.drops.Load()
 	stop()
 	r.closeSockets()
 	wg.Wait()
+	// The clients are done: their ids can be read (the figures were taken
+	// above, before the teardown's disconnects).
+	o.lostBy = r.lostByKind(o.lostIDs)
+	if b.cfg.verbose {
+		r.debugGhosts()
+	}
 	o.lateSamplesMax = lateMax
 	o.errors = r.errs.Load()
 	if p := r.firstErr.Load(); p != nil {
@@ -317,12 +319,10 @@ func (b *bench) abandonRun(ctx context.Context, p abandonParams, plans []abandon
 var kindNames = [...]string{kindVisitor: "visitor", kindStay: "stays", kindBeacon: "beacon", kindSilent: "silent", kindHide: "hides", kindPoll: "polls"}
 
 // lostByKind names, per kind of client, how many lost their place.
-func (r *abandonRun) lostByKind() string {
-	r.rec.mu.Lock()
-	defer r.rec.mu.Unlock()
+func (r *abandonRun) lostByKind(lost map[string]bool) string {
 	var n [len(kindNames)]int
 	for _, c := range r.clients {
-		if c.id != "" && r.rec.lost[c.id] {
+		if c.id != "" && lost[c.id] {
 			n[c.plan.kind]++
 		}
 	}
