@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
 	"testing"
 	"time"
 
@@ -99,4 +100,168 @@ func TestValidateTimesTheCallThatRefreshesLastActive(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, clock.Now(), s.LastActive.UTC())
 	assert.ErrorIs(t, checkCall(in.wl, gateName, "no-such-session-0000000"), session.ErrNotActive)
+}
+
+// recorderAt returns a recorder whose simulated clock the test sets.
+func recorderAt(now *time.Duration) *recorder {
+	return newRecorder(func() time.Duration { return *now })
+}
+
+func ev(kind session.EventKind, id string, pos int64) session.Event {
+	return session.Event{Kind: kind, Session: session.Session{Gate: gateName, ID: id, Position: pos}}
+}
+
+func commit(evs ...session.Event) session.Commit { return session.Commit{Events: evs} }
+
+// A ghost's slot time runs from when its client was gone (or from its
+// promotion, if later) until the slot is freed, or the end of the run.
+func TestRecorderGhostSlotSeconds(t *testing.T) {
+	var now time.Duration
+	r := recorderAt(&now)
+	r.observe(commit(ev(session.EventActivated, "closer", 1), ev(session.EventActivated, "releaser", 2), ev(session.EventQueued, "dead", 3), ev(session.EventQueued, "late", 4)))
+	now = 10 * time.Second
+	r.gone("closer") // closes its socket at 10s
+	r.gone("dead")   // dies while waiting at 10s
+	r.released("releaser")
+	now = 15 * time.Second // the closer's slot is released 5 s later and goes to the dead waiter
+	r.observe(commit(ev(session.EventDeactivated, "closer", 1), ev(session.EventPromoted, "dead", 3)))
+	now = 16 * time.Second
+	r.observe(commit(ev(session.EventDeactivated, "releaser", 2), ev(session.EventPromoted, "late", 4)))
+	now = 75 * time.Second // the dead one's claim window ends
+	r.observe(commit(ev(session.EventDeactivated, "dead", 3)))
+	o := r.finish()
+	assert.Equal(t, 2, o.ghosts)
+	assert.ElementsMatch(t, []float64{5, 60}, o.ghostHeld)
+	assert.InDelta(t, 65, o.ghostHeldTotal, 1e-9)
+	assert.Zero(t, o.lost, "nobody present lost a slot or a place")
+	assert.Equal(t, 0, o.stillHeld)
+}
+
+// The time from a slot freeing to a present waiter claiming it runs through
+// the ghosts promoted into it.
+func TestRecorderClaimLatencyChainsThroughGhosts(t *testing.T) {
+	var now time.Duration
+	r := recorderAt(&now)
+	r.observe(commit(ev(session.EventActivated, "v", 1), ev(session.EventQueued, "ghost", 2), ev(session.EventQueued, "w", 3), ev(session.EventQueued, "x", 4)))
+	r.gone("ghost")
+	now = 20 * time.Second
+	r.released("v")
+	r.observe(commit(ev(session.EventDeactivated, "v", 1), ev(session.EventPromoted, "ghost", 2)))
+	now = 80 * time.Second // unclaimed: purged, the slot passes on
+	r.observe(commit(ev(session.EventDeactivated, "ghost", 2), ev(session.EventPromoted, "w", 3)))
+	now = 81 * time.Second
+	require.True(t, r.claimed("w"))
+	assert.False(t, r.claimed("x"), "x is not active")
+	o := r.finish()
+	assert.Equal(t, []float64{61}, o.claimLat, "freed at 20 s, claimed at 81 s")
+	assert.Equal(t, 1, o.admitted)
+
+	// At the end, a slot held by an unclaimed promotion counts with the time so far.
+	now = 90 * time.Second
+	r.observe(commit(ev(session.EventPromoted, "x", 4)))
+	now = 100 * time.Second
+	o = r.finish()
+	assert.ElementsMatch(t, []float64{10, 61}, o.claimLat)
+	assert.Equal(t, 1, o.unclaimed)
+}
+
+// A present waiter purged from the line, or a present client's slot taken
+// back, lost its place; a departed one did not.
+func TestRecorderLostPlace(t *testing.T) {
+	var now time.Duration
+	r := recorderAt(&now)
+	r.observe(commit(ev(session.EventQueued, "hidden", 1), ev(session.EventQueued, "left", 2), ev(session.EventQueued, "slow", 3)))
+	r.gone("left")
+	r.observe(commit(ev(session.EventDequeued, "hidden", 1), ev(session.EventDequeued, "left", 2), ev(session.EventPromoted, "slow", 3)))
+	r.observe(commit(ev(session.EventDeactivated, "slow", 3)))
+	o := r.finish()
+	assert.Equal(t, 2, o.lost)
+	assert.True(t, r.lost["hidden"])
+	assert.True(t, r.lost["slow"])
+}
+
+// Samples compare EstimatePlace on the client's view with the exact rank,
+// and the first ETA a client shows is kept for its admission.
+func TestRecorderSamplesPlaceAndETA(t *testing.T) {
+	var now time.Duration
+	r := recorderAt(&now)
+	var evs []session.Event
+	for p := int64(1); p <= 40; p++ {
+		evs = append(evs, ev(session.EventQueued, "w"+strconv.FormatInt(p, 10), p))
+	}
+	r.observe(commit(evs...))
+	// The client's view is stale: it still counts the first 20 waiters,
+	// who left.
+	stale := &session.GlobalView{FirstWaitingPosition: 1, LastWaitingPosition: 40, Waiting: 40, AdmittedPerMinute: 2}
+	var gone []session.Event
+	for p := int64(1); p <= 20; p++ {
+		gone = append(gone, ev(session.EventDequeued, "w"+strconv.FormatInt(p, 10), p))
+		r.gone("w" + strconv.FormatInt(p, 10))
+	}
+	r.observe(commit(gone...))
+	fresh := &session.GlobalView{FirstWaitingPosition: 21, LastWaitingPosition: 40, Waiting: 20, AdmittedPerMinute: 2}
+	r.sample([]placeSample{
+		{id: "w25", position: 25, view: fresh, fresh: true}, // exact: 5
+		{id: "w40", position: 40, view: stale},              // shows 40, is 20
+		{id: "w3", position: 3, view: fresh},                // not waiting: skipped
+		{id: "w30", position: 30, view: nil},                // no view yet: skipped
+	})
+	assert.EqualValues(t, 2, r.placeSamples)
+	assert.EqualValues(t, 1, r.placeWithin)
+	assert.EqualValues(t, 1, r.placeExact)
+	assert.EqualValues(t, []int64{1, 1}, []int64{r.freshSamples, r.freshWithin})
+	assert.EqualValues(t, 20, r.maxPlaceErr)
+	assert.EqualValues(t, 20, r.placeErrPercentile(0.99))
+
+	// w25 showed place 5 at 2/min: 150 s. Admitted 100 s later.
+	now = 100 * time.Second
+	r.observe(commit(ev(session.EventPromoted, "w25", 25)))
+	require.True(t, r.claimed("w25"))
+	assert.Equal(t, []float64{50}, r.etaErr)
+	assert.InDelta(t, 0.5, r.etaRelErr[0], 1e-9)
+}
+
+func TestRankIndexGrows(t *testing.T) {
+	var r rankIndex
+	for _, p := range []int64{3, 5000, 7, 70000} {
+		r.add(p)
+	}
+	r.remove(7)
+	r.remove(123456) // absent: nothing
+	assert.True(t, r.waiting(70000))
+	assert.False(t, r.waiting(7))
+	assert.EqualValues(t, 3, r.rank(70000))
+	assert.EqualValues(t, 1, r.rank(3))
+	assert.EqualValues(t, 2, r.rank(5000))
+}
+
+func TestSimClockRunsScaled(t *testing.T) {
+	c := &simClock{start: time.Now().Add(-100 * time.Millisecond), scale: 10}
+	assert.GreaterOrEqual(t, c.since(), time.Second)
+	assert.Equal(t, 100*time.Millisecond, c.real(time.Second))
+	assert.Less(t, c.untilSim(0), time.Duration(0))
+}
+
+// The population follows the scenario's shares, the same for both modes.
+func TestAbandonPlans(t *testing.T) {
+	p := abandonParams{waiters: 5000, limit: 100, arrival: time.Minute, seed: 1}
+	plans := abandonPlans(p)
+	require.Len(t, plans, 5100)
+	assert.Equal(t, plans, abandonPlans(p), "deterministic")
+	count := map[abandonKind]int{}
+	for _, pl := range plans {
+		count[pl.kind]++
+		assert.GreaterOrEqual(t, pl.stay, 10*time.Second)
+		assert.LessOrEqual(t, pl.stay, time.Minute)
+		assert.LessOrEqual(t, pl.joinAt, time.Minute)
+		if pl.kind == kindHide {
+			assert.GreaterOrEqual(t, pl.hideFor, time.Minute)
+			assert.LessOrEqual(t, pl.hideFor, 4*time.Minute)
+		}
+	}
+	assert.Equal(t, 100, count[kindVisitor])
+	assert.InDelta(t, 750, count[kindBeacon], 100)
+	assert.InDelta(t, 750, count[kindSilent], 100)
+	assert.InDelta(t, 1000, count[kindHide], 100)
+	assert.InDelta(t, 50, count[kindPoll], 30)
 }

@@ -11,7 +11,7 @@
 //	go run ./cmd/anteroom-bench -json out.json fanout
 //
 // Scenarios (all when none is named): join-inproc, validate-inproc,
-// join-http, check-http, storm, tick, fanout. It prints a table (metric,
+// join-http, check-http, storm, tick, fanout, abandon. It prints a table (metric,
 // value, baseline, ratio, target, pass/fail) on stdout and progress on
 // stderr. It exits non-zero only when a scenario could not run; a missed
 // target is a FAIL in the table, not an error.
@@ -59,9 +59,15 @@ type config struct {
 	tickActive     int
 	tickJoinRate   int
 	tickQuietPhase time.Duration
+
+	abandonScale    float64
+	abandonWaiters  int
+	abandonLimit    int
+	abandonDuration time.Duration
+	abandonSeed     uint64
 }
 
-var scenarioNames = []string{"join-inproc", "validate-inproc", "join-http", "check-http", "storm", "tick", "fanout"}
+var scenarioNames = []string{"join-inproc", "validate-inproc", "join-http", "check-http", "storm", "tick", "fanout", "abandon"}
 
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
@@ -92,6 +98,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.tickActive, "tick-active", 0, "active limit (and active sessions) of the tick gate (default 10000, smoke 1000)")
 	fs.IntVar(&c.tickJoinRate, "tick-join-rate", 1000, "joins/s offered while measuring join latency in tick")
 	fs.DurationVar(&c.tickQuietPhase, "tick-quiet", 0, "length of the no-tick join latency phase (default 2s, smoke 500ms)")
+	fs.Float64Var(&c.abandonScale, "abandon-scale", 0, "abandon: simulated time runs this many times faster, every duration and timeout divided by it (default 10, smoke 100)")
+	fs.IntVar(&c.abandonWaiters, "abandon-waiters", 0, "abandon: waiters arriving over a simulated minute (default 5000, smoke 300)")
+	fs.IntVar(&c.abandonLimit, "abandon-limit", 0, "abandon: active limit, all taken by visitors at the start (default 100, smoke 20)")
+	fs.DurationVar(&c.abandonDuration, "abandon-duration", 0, "abandon: simulated length of each mode's run from the first arrival (default 10m, smoke 6m)")
+	fs.Uint64Var(&c.abandonSeed, "abandon-seed", 1, "abandon: seed of the population's random draws")
 	serve := fs.Bool("serve", false, "internal: run as the fanout server child")
 	serveDir := fs.String("serve-dir", "", "internal: database directory of the -serve child")
 	serveSecret := fs.String("serve-secret", "", "internal: hex token secret of the -serve child")
@@ -233,6 +244,15 @@ func (c *config) fillDefaults() {
 	setI(&c.tickStale, 10000, 1000)
 	setI(&c.tickActive, 10000, 1000)
 	setD(&c.tickQuietPhase, 2*time.Second, 500*time.Millisecond)
+	setI(&c.abandonWaiters, 5000, 300)
+	setI(&c.abandonLimit, 100, 20)
+	setD(&c.abandonDuration, 10*time.Minute, 6*time.Minute)
+	if c.abandonScale <= 0 {
+		c.abandonScale = 10
+		if c.smoke {
+			c.abandonScale = 100
+		}
+	}
 	if c.interval <= 0 {
 		c.interval = 250 * time.Millisecond
 	}
@@ -276,6 +296,8 @@ func (b *bench) run(ctx context.Context, name string) ([]Result, error) {
 		return b.tick(ctx)
 	case "fanout":
 		return b.fanout(ctx)
+	case "abandon":
+		return b.abandon(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
 }

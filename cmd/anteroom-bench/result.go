@@ -23,6 +23,7 @@ type report struct {
 const (
 	checkNone     = ""          // informational row
 	checkRatioMin = "ratio>="   // Ratio >= Want
+	checkRatioMax = "ratio<="   // Ratio <= Want
 	checkValueMin = "value>="   // Value >= Want
 	checkValueMax = "value<="   // Value <= Want
 	checkValueEq  = "value=="   // Value == Want
@@ -35,6 +36,8 @@ const (
 	unitKB        = "KB"        //
 	unitAllocs    = "allocs/op" //
 	unitCount     = ""          //
+	unitSec       = "s"         //
+	unitPercent   = "%"         //
 )
 
 // Result is one row of the table.
@@ -75,6 +78,8 @@ func (r *Result) evaluate() {
 		return
 	case checkRatioMin:
 		pass = r.Ratio != nil && *r.Ratio >= r.Want
+	case checkRatioMax:
+		pass = r.Ratio != nil && *r.Ratio <= r.Want
 	case checkValueMin:
 		pass = r.Value >= r.Want
 	case checkValueMax:
@@ -104,6 +109,10 @@ func formatValue(v float64, unit string) string {
 		return strconv.FormatFloat(v, 'f', 1, 64) + " KB"
 	case unitAllocs:
 		return strconv.FormatFloat(v, 'f', 2, 64)
+	case unitSec:
+		return strconv.FormatFloat(v, 'f', 1, 64) + " s"
+	case unitPercent:
+		return strconv.FormatFloat(v, 'f', 2, 64) + "%"
 	}
 	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
 		return groupDigits(int64(v))

@@ -55,6 +55,26 @@ type instanceConfig struct {
 	cron           bool          // run the cron update every minute, as the sidecar does by default
 	secret         []byte        // nil: the store's generated secret
 	log            *slog.Logger
+
+	claimTimeout        time.Duration // GateConfig.ClaimTimeout (0: off)
+	releaseOnDisconnect time.Duration // GateConfig.ReleaseOnDisconnect (0: off)
+	sweepInterval       time.Duration // session.Options.SweepInterval (0: the default)
+	// commitHook, when set, sees every commit of the store before the
+	// Waitlist does (the abandon scenario's record of what the server did).
+	commitHook func(session.Commit)
+}
+
+// hookedStore is a Store whose commit listener calls a hook first.
+type hookedStore struct {
+	session.Store
+	hook func(session.Commit)
+}
+
+func (s hookedStore) SetCommitListener(fn func(session.Commit)) {
+	s.Store.SetCommitListener(func(c session.Commit) {
+		s.hook(c)
+		fn(c)
+	})
 }
 
 // instance is a real anteroom server wired like cmd/anteroom does, listening
@@ -85,6 +105,7 @@ func startInstance(ctx context.Context, cfg instanceConfig) (in *instance, err e
 	}
 	in = &instance{cfg: cfg, gate: session.GateConfig{
 		Name: gateName, ActiveLimit: cfg.limit, ActiveTimeout: cfg.activeTimeout, WaitingTimeout: cfg.waitingTimeout,
+		ClaimTimeout: cfg.claimTimeout, ReleaseOnDisconnect: cfg.releaseOnDisconnect,
 	}}
 	defer func() {
 		if err != nil {
@@ -105,8 +126,13 @@ func startInstance(ctx context.Context, cfg instanceConfig) (in *instance, err e
 		return in, err
 	}
 	in.hub = broadcast.New(broadcast.Options{Interval: cfg.interval, Logger: cfg.log})
-	in.wl, err = session.New(ctx, in.store, []session.GateConfig{in.gate}, session.Options{
+	var store session.Store = in.store
+	if cfg.commitHook != nil {
+		store = hookedStore{Store: in.store, hook: cfg.commitHook}
+	}
+	in.wl, err = session.New(ctx, store, []session.GateConfig{in.gate}, session.Options{
 		Publisher: in.hub, Logger: cfg.log, Clock: cfg.clock, TouchInterval: cfg.touchInterval,
+		SweepInterval: cfg.sweepInterval,
 	})
 	if err != nil {
 		return in, err
