@@ -149,6 +149,9 @@ func (b *bench) tick(ctx context.Context) ([]Result, error) {
 	in, err := startInstance(ctx, instanceConfig{
 		dir: dir, limit: cfg.ActiveLimit, activeTimeout: cfg.ActiveTimeout, waitingTimeout: cfg.WaitingTimeout,
 		interval: b.cfg.interval, clock: clock, touchInterval: -1,
+		// The update alone: the sweeper would fill the slots the update's
+		// first chunks free, and the report would not count those.
+		sweepInterval: -1,
 	})
 	if err != nil {
 		return nil, err
