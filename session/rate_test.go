@@ -66,7 +66,9 @@ func rateOf(t *testing.T, w *session.Waitlist) float64 {
 // admittedPerMinute counts promotions over the last five minutes, once there
 // is evidence for a rate: at least three promotions spread over at least a
 // minute. One promotion, or a burst, gives no rate (no "about 5 min" after a
-// single admission).
+// single admission). The count is divided by the time the evidence covers,
+// from its first ten-second bucket to now, not by the whole window: a gate
+// that began admitting a minute ago is not five times slower than it is.
 func TestAdmittedPerMinuteNeedsEvidence(t *testing.T) {
 	tests := []struct {
 		name string
@@ -78,8 +80,8 @@ func TestAdmittedPerMinuteNeedsEvidence(t *testing.T) {
 		{"two over two minutes", []time.Duration{0, 2 * time.Minute}, 0},
 		{"three within ten seconds", []time.Duration{0, time.Second, time.Second}, 0},
 		{"three over fifty seconds", []time.Duration{0, 25 * time.Second, 25 * time.Second}, 0},
-		{"three over a minute", []time.Duration{0, 30 * time.Second, 30 * time.Second}, 3.0 / 5},
-		{"four over four minutes", []time.Duration{0, time.Minute, time.Minute, 2 * time.Minute}, 4.0 / 5},
+		{"three over a minute (seven buckets)", []time.Duration{0, 30 * time.Second, 30 * time.Second}, 3 / (70.0 / 60)},
+		{"four over four minutes (25 buckets)", []time.Duration{0, time.Minute, time.Minute, 2 * time.Minute}, 4 / (250.0 / 60)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,21 +106,22 @@ func TestAdmittedPerMinuteDecaysWithoutCommitsAndIsRepublished(t *testing.T) {
 		require.NoError(t, w.Release(ctx, "default", "s"+string(rune('0'+i))))
 		clock.Advance(30 * time.Second)
 	}
-	assert.InDelta(t, 4.0/5, rateOf(t, w), 1e-9)
+	assert.InDelta(t, 4/(130.0/60), rateOf(t, w), 1e-9, "four over the 130 s they cover")
 
-	// 4m50s after the first promotion all four are still in the window;
-	// a little later the first has left it.
+	// 4m50s after the first promotion all four are still in the window,
+	// which they now cover whole; a little later the first has left it.
 	clock.Advance(2*time.Minute + 50*time.Second)
 	assert.InDelta(t, 4.0/5, rateOf(t, w), 1e-9)
 	clock.Advance(20 * time.Second)
-	assert.InDelta(t, 3.0/5, rateOf(t, w), 1e-9, "read at call time, no commit needed")
+	later := 3 / (290.0 / 60) // from the second promotion's bucket to now
+	assert.InDelta(t, later, rateOf(t, w), 1e-9, "read at call time, no commit needed")
 	st, err := w.Status(ctx, "default", "s9")
 	require.NoError(t, err)
-	assert.InDelta(t, 3.0/5, st.AdmittedPerMinute, 1e-9, "status reads it at call time too")
+	assert.InDelta(t, later, st.AdmittedPerMinute, 1e-9, "status reads it at call time too")
 	active, err := w.Status(ctx, "default", "s4")
 	require.NoError(t, err)
 	require.Equal(t, session.StatusActive, active.Status)
-	assert.InDelta(t, 3.0/5, active.AdmittedPerMinute, 1e-9, "active sessions' status too")
+	assert.InDelta(t, later, active.AdmittedPerMinute, 1e-9, "active sessions' status too")
 
 	clock.Advance(30 * time.Minute)
 	assert.Zero(t, rateOf(t, w), "thirty minutes after the last promotion")

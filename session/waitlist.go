@@ -996,8 +996,9 @@ const (
 	rateMinSpan   = time.Minute
 )
 
-// perMinute returns the events per minute over the window ending at now, or
-// 0 while the window holds too little evidence for a rate.
+// perMinute returns the events per minute over the part of the window ending
+// at now that the evidence covers, or 0 while the window holds too little
+// evidence for a rate.
 func (r *rateWindow) perMinute(now time.Time) float64 {
 	slot := now.UnixNano() / int64(rateBucketSpan)
 	var sum int64
@@ -1013,6 +1014,9 @@ func (r *rateWindow) perMinute(now time.Time) float64 {
 	if sum < rateMinEvents || time.Duration(last-first)*rateBucketSpan < rateMinSpan {
 		return 0
 	}
-	window := rateBuckets * rateBucketSpan
-	return float64(sum) / window.Minutes()
+	// Over the time the evidence covers (from its first bucket to now), not
+	// the whole window: a gate that began admitting two minutes ago is not
+	// five times slower than it is.
+	span := time.Duration(slot-first+1) * rateBucketSpan
+	return float64(sum) / span.Minutes()
 }
