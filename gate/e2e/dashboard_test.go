@@ -188,15 +188,20 @@ func TestDashboardSteersTheGate(t *testing.T) {
 		}
 		op.waitFor("the line growing", text(`dl.stats dd`)+` === '`+strconv.Itoa(i)+`'`)
 	}
-	if n := evalJS[int](op, card(`polyline`)+`.getAttribute('points').split(' ').length`); n < 3 {
-		t.Errorf("the line-length chart has %d points, want one per poll", n)
+	// Wait for the samples to be saved (every fifth poll).
+	op.waitFor("the chart saved", `(JSON.parse(sessionStorage.getItem('anteroom.adminSamples') || '{}').default || []).length >= 3`)
+	n := evalJS[int](op, `JSON.parse(sessionStorage.getItem('anteroom.adminSamples')).default.length`)
+	if got := evalJS[int](op, card(`polyline`)+`.getAttribute('points').split(' ').length`); got < n {
+		t.Errorf("the line-length chart has %d points, want one per poll (at least %d)", got, n)
 	}
 	writePNG(t, screenshotDir(t), "dashboard.png", fullScreenshot(op))
 
-	// A reload keeps the token (sessionStorage): no second login.
+	// A reload keeps the token and the chart (sessionStorage): no second
+	// login, and the line's history is still drawn.
 	op.open(srv.url + basePath + "/admin/")
-	op.waitFor("the gate shown again without a login", `document.getElementById('login').hidden
-  && `+card(`.barlabel`)+` !== null`)
+	op.waitFor("the gate shown again without a login, its chart kept", `document.getElementById('login').hidden
+  && `+text(`.barlabel`)+`.startsWith('Active 2 of 1')
+  && `+card(`polyline`)+`.getAttribute('points').split(' ').length >= `+strconv.Itoa(n))
 	op.requireNoProblems()
 }
 
