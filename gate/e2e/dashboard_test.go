@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/session"
@@ -39,26 +40,13 @@ func joinHTTP(t *testing.T, srv *sidecar) (tok string, status session.Status) {
 	return v.Token, v.Status
 }
 
-// statusHTTP returns the status of the session named by tok (its own view).
-func statusHTTP(t *testing.T, srv *sidecar, tok string) session.Status {
+// statusOf returns the status of the session named by the signed token tok,
+// from the waitlist (no HTTP: polling the client API would run into its
+// rate limit).
+func statusOf(t *testing.T, srv *sidecar, tok string) session.Status {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, srv.url+basePath+"/api/status?gate=default", nil)
+	v, err := srv.waitlist.Status(context.Background(), "default", strings.SplitN(tok, ".", 2)[0])
 	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("status: %v", err)
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Status session.Status `json:"status"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status: HTTP %d", resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		t.Fatalf("status: %v", err)
 	}
 	return v.Status
@@ -137,6 +125,30 @@ func TestDashboardSteersTheGate(t *testing.T) {
 		t.Errorf("sessionStorage token = %q, want the admin token", got)
 	}
 
+	// An edit not set yet is not overwritten by the polls; Escape drops it.
+	limitInput := `section[data-gate="default"] form[data-field="activeLimit"] input`
+	op.call("type 7 into the limit", func(ctx context.Context) error {
+		return chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(limitInput), ""), chromedp.SendKeys(chromedp.CSS(limitInput), "7"))
+	})
+	time.Sleep(1500 * time.Millisecond) // a poll or two redraw the card
+	if !evalJS[bool](op, `document.activeElement === document.querySelector('`+limitInput+`')`) {
+		t.Errorf("a poll took the focus away from the limit field being edited")
+	}
+	op.call("blur", func(ctx context.Context) error {
+		return chromedp.Do(ctx, chromedp.Blur(chromedp.CSS(limitInput)))
+	})
+	time.Sleep(1500 * time.Millisecond) // a poll or two: the edit must stay (a state that must not change)
+	if v := evalJS[string](op, `document.querySelector('`+limitInput+`').value`); v != "7" {
+		t.Errorf("the unsent edit became %q after a poll, want 7", v)
+	}
+	op.call("Escape", func(ctx context.Context) error {
+		return chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(limitInput), kb.Escape))
+	})
+	op.waitFor("the limit field back to the gate's 1", `document.querySelector('`+limitInput+`').value === '1'`)
+	if cfg, _ := srv.waitlist.GateConfig("default"); cfg.ActiveLimit != 1 {
+		t.Fatalf("activeLimit = %d after an edit dropped with Escape, want 1", cfg.ActiveLimit)
+	}
+
 	// A refused change is shown, and changes nothing.
 	setControl(op, "newUsersPerMinute", "9999999999999")
 	op.waitFor("the refusal shown", `/could not set new users per minute: invalid_argument: newUsersPerMinute/.test(document.getElementById('error').textContent)`)
@@ -148,7 +160,7 @@ func TestDashboardSteersTheGate(t *testing.T) {
 
 	// Raise the limit in the page: the waiter is promoted at once.
 	setControl(op, "activeLimit", "2")
-	eventually(t, "the waiter promoted", func() bool { return statusHTTP(t, srv, waiter) == session.StatusActive })
+	eventually(t, "the waiter promoted", func() bool { return statusOf(t, srv, waiter) == session.StatusActive })
 	op.waitFor("2 of 2 active, nobody waiting, the change announced", text(`.barlabel`)+`.startsWith('Active 2 of 2')
   && `+text(`dl.stats dd`)+` === '0' && document.getElementById('error').textContent === ''
   && /limit set to 2/.test(document.getElementById('status').textContent)`)
@@ -175,7 +187,7 @@ func TestDashboardSteersTheGate(t *testing.T) {
 
 	// Back to open in the page: the newcomer takes the free slot.
 	setControl(op, "mode", "open")
-	eventually(t, "the newcomer admitted after reopening", func() bool { return statusHTTP(t, srv, newcomer) == session.StatusActive })
+	eventually(t, "the newcomer admitted after reopening", func() bool { return statusOf(t, srv, newcomer) == session.StatusActive })
 
 	// Lower the limit below active: the page says nobody new gets in.
 	setControl(op, "activeLimit", "1")
