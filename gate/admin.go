@@ -14,6 +14,7 @@ import (
 
 	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/static"
 )
 
 // The admin API, under {base}/admin/api/: JSON, authorised by
@@ -36,11 +37,14 @@ const codeAdminTokenRequired = wire.CodeAdminTokenRequired
 // admin path (also in proxy mode, where the catch-all would otherwise send
 // them to the app).
 func (s *Server) adminRoutes(e *echo.Echo) error {
-	b := s.opts.BasePath + "/admin/api"
+	page := s.opts.BasePath + "/admin"
+	b := page + "/api"
 	if s.opts.AdminToken == "" {
 		off := func(echo.Context) error { return apiError(codeRouteNotFound, "not found") }
 		e.Any(b, off)
 		e.Any(b+"/*", off)
+		e.Any(page, off)
+		e.Any(page+"/", off)
 		return nil
 	}
 	if len(s.opts.AdminToken) < MinAdminTokenLength {
@@ -53,6 +57,11 @@ func (s *Server) adminRoutes(e *echo.Echo) error {
 		rl = defaultAdminRateLimit
 	}
 	mw := []echo.MiddlewareFunc{noStore, rateLimit(rl), s.adminAuth}
+	// The dashboard is public HTML without a secret: it asks for the token
+	// and calls the API with it.
+	getHead := []string{http.MethodGet, http.MethodHead}
+	e.Match(getHead, page+"/", s.adminPage)
+	e.Match(getHead, page, func(c echo.Context) error { return c.Redirect(http.StatusFound, page+"/") })
 	e.GET(b+"/gates", s.adminListGates, mw...)
 	e.POST(b+"/gates", s.adminAddGate, mw...)
 	e.GET(b+"/gates/:gate", s.adminGetGate, mw...)
@@ -65,6 +74,17 @@ func (s *Server) adminRoutes(e *echo.Echo) error {
 	e.Any(b, func(echo.Context) error { return apiError(codeRouteNotFound, "no such admin route") }, mw...)
 	e.Any(b+"/*", func(echo.Context) error { return apiError(codeRouteNotFound, "no such admin route") }, mw...)
 	return nil
+}
+
+// adminPage serves the dashboard under a fresh CSP nonce.
+func (s *Server) adminPage(c echo.Context) error {
+	var buf bytes.Buffer
+	data := static.AdminPageData{BasePath: s.opts.BasePath, Nonce: contentSecurityPolicy(c)}
+	if err := static.RenderAdminPage(&buf, data); err != nil {
+		return err
+	}
+	c.Response().Header().Set("Referrer-Policy", "no-referrer")
+	return htmlPage(c, buf.Bytes())
 }
 
 // adminAuth lets through requests whose Bearer token is the admin token,

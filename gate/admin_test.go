@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -498,4 +499,49 @@ func TestAdminAddedGateBroadcasts(t *testing.T) {
 		sawPromotion = m.Type == "session" && m.Status == "active"
 	}
 	assert.True(t, sawPromotion, "the raised limit promoted w and told its socket")
+}
+
+func TestAdminPage(t *testing.T) {
+	get := func(t *testing.T, url string) (*http.Response, string) {
+		t.Helper()
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Get(url)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(b)
+	}
+	t.Run("off without a token", func(t *testing.T) {
+		for _, configure := range []func(*gate.Options){nil, func(o *gate.Options) { o.Demo = true }} {
+			h := newAdminHarness(t, "", configure)
+			for _, p := range []string{"/admin/", "/admin"} {
+				resp, body := get(t, h.sc.URL+base+p)
+				assert.Equal(t, http.StatusNotFound, resp.StatusCode, p)
+				assert.Equal(t, session.Code("not_found"), errorCode(t, body), p)
+				assert.NotContains(t, body, "dashboard")
+			}
+		}
+	})
+	t.Run("on with a token", func(t *testing.T) {
+		h := newAdminHarness(t, adminToken, nil)
+		resp, body := get(t, h.sc.URL+base+"/admin/")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Contains(t, body, "<title>anteroom dashboard</title>")
+		assert.NotContains(t, body, adminToken, "the page holds no secret")
+		assert.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+		assert.Equal(t, "no-referrer", resp.Header.Get("Referrer-Policy"))
+		csp := resp.Header.Get("Content-Security-Policy")
+		m := regexp.MustCompile(`script-src 'self' 'nonce-([A-Za-z0-9_-]+)'`).FindStringSubmatch(csp)
+		require.NotNil(t, m, csp)
+		assert.Contains(t, csp, "style-src 'self' 'nonce-"+m[1]+"'")
+		assert.Contains(t, csp, "frame-ancestors 'self'")
+		assert.Equal(t, 2, strings.Count(body, `nonce="`+m[1]+`"`), "script and style carry the response's nonce")
+		resp2, body2 := get(t, h.sc.URL+base+"/admin/")
+		assert.NotEqual(t, resp2.Header.Get("Content-Security-Policy"), csp, "a fresh nonce per response")
+		assert.NotContains(t, body2, `nonce="`+m[1]+`"`)
+		resp, _ = get(t, h.sc.URL+base+"/admin")
+		assert.Equal(t, http.StatusFound, resp.StatusCode)
+		assert.Equal(t, base+"/admin/", resp.Header.Get("Location"))
+	})
 }

@@ -1,5 +1,5 @@
 // Package static embeds the browser side of anteroom: the drop-in snippet
-// anteroom.js, the waiting page and the demo page.
+// anteroom.js, the waiting page, the demo page and the operator's dashboard.
 //
 // The snippet is served as is (see [Snippet], [SnippetETag]); the two pages
 // are html/template templates that need the sidecar's base path and the gate
@@ -24,17 +24,18 @@ const (
 	SnippetFile = "anteroom.js"
 	WaitingFile = "waiting.html"
 	DemoFile    = "demo.html"
+	AdminFile   = "admin.html"
 )
 
 // SnippetContentType is the Content-Type to serve [Snippet] with.
 const SnippetContentType = "text/javascript; charset=utf-8"
 
-//go:embed anteroom.js waiting.html demo.html
+//go:embed anteroom.js waiting.html demo.html admin.html
 var files embed.FS
 
-// FS holds the embedded files at its root: anteroom.js, waiting.html and
-// demo.html. The HTML files are templates; serve them through
-// [RenderWaitingPage] and [RenderDemoPage], not raw.
+// FS holds the embedded files at its root: anteroom.js, waiting.html,
+// demo.html and admin.html. The HTML files are templates; serve them through
+// [RenderWaitingPage], [RenderDemoPage] and [RenderAdminPage], not raw.
 var FS fs.FS = files
 
 var (
@@ -45,6 +46,7 @@ var (
 	}()
 	waitingTmpl = template.Must(template.New(WaitingFile).Parse(string(mustRead(WaitingFile))))
 	demoTmpl    = template.Must(template.New(DemoFile).Parse(string(mustRead(DemoFile))))
+	adminTmpl   = template.Must(template.New(AdminFile).Parse(string(mustRead(AdminFile))))
 )
 
 func mustRead(name string) []byte {
@@ -104,6 +106,24 @@ func RenderWaitingPage(w io.Writer, data WaitingPageData) error {
 func RenderDemoPage(w io.Writer, data DemoPageData) error {
 	data.BasePath, data.Gate = normalize(data.BasePath, data.Gate)
 	return render(w, demoTmpl, data)
+}
+
+// AdminPageData fills the operator's dashboard.
+type AdminPageData struct {
+	// BasePath is where the sidecar is mounted, e.g. "/anteroom"; a trailing
+	// slash is removed. The page calls BasePath + "/admin/api/".
+	BasePath string
+	// Nonce: as WaitingPageData.Nonce.
+	Nonce string
+}
+
+// RenderAdminPage writes the dashboard (HTML, UTF-8) to w, with the same
+// escaping and error behaviour as [RenderWaitingPage]. The page holds no
+// secret: it asks the operator for the admin token and keeps it in the
+// tab's sessionStorage.
+func RenderAdminPage(w io.Writer, data AdminPageData) error {
+	data.BasePath = strings.TrimRight(data.BasePath, "/")
+	return render(w, adminTmpl, data)
 }
 
 func normalize(basePath, gate string) (string, string) {

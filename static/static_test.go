@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -147,4 +148,28 @@ func TestPagesCarryTheNonceOnEveryScriptAndStyle(t *testing.T) {
 		require.Positive(t, scripts, name)
 		assert.Equal(t, scripts+styles, strings.Count(page, `nonce="n0nce"`), "%s: every script and style element has the nonce", name)
 	}
+}
+
+func TestRenderAdminPage(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, static.RenderAdminPage(&buf, static.AdminPageData{BasePath: "/anteroom/", Nonce: "n0nce"}))
+	html := buf.String()
+	assert.Contains(t, html, "<title>anteroom dashboard</title>")
+	assert.Contains(t, html, `data-base="/anteroom"`, "trailing slash removed")
+	assert.Equal(t, 1, strings.Count(html, "<script"), "one inline script, no external one")
+	assert.Equal(t, 2, strings.Count(html, `nonce="n0nce"`), "the script and the style carry the nonce")
+	assert.False(t, regexp.MustCompile(`(?i)<[^>]*\son[a-z]+\s*=`).MatchString(html), "no inline event handler attributes")
+	rest := strings.Replace(html, "'http://www.w3.org/2000/svg'", "", 1)
+	assert.False(t, regexp.MustCompile(`https?://|//[a-z0-9.-]+\.[a-z]{2,}/`).MatchString(rest), "no external resource (but the SVG namespace)")
+	assert.Contains(t, html, "sessionStorage")
+}
+
+func TestRenderAdminPageEscapes(t *testing.T) {
+	var buf bytes.Buffer
+	require.NoError(t, static.RenderAdminPage(&buf, static.AdminPageData{BasePath: `/x"><script>alert(1)</script>`, Nonce: `"><b>`}))
+	html := buf.String()
+	assert.NotContains(t, html, "<script>alert(1)")
+	assert.NotContains(t, html, "<b>")
+	assert.Contains(t, html, `data-base="/x&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"`)
+	require.EqualError(t, static.RenderAdminPage(failingWriter{}, static.AdminPageData{}), "boom")
 }

@@ -60,6 +60,13 @@ func (s *sidecar) requests(path string) int {
 
 func startSidecar(t *testing.T, cfg session.GateConfig) *sidecar {
 	t.Helper()
+	return startSidecarWith(t, cfg, nil)
+}
+
+// startSidecarWith is startSidecar with more gate options (configure may
+// be nil).
+func startSidecarWith(t *testing.T, cfg session.GateConfig, configure func(*gate.Options)) *sidecar {
+	t.Helper()
 	logs := &sessiontest.LogBuffer{}
 	dumpOnFailure(t, "sidecar log", logs)
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -77,8 +84,13 @@ func startSidecar(t *testing.T, cfg session.GateConfig) *sidecar {
 		RealClock:     true,
 		TouchInterval: time.Second,
 		Hub:           broadcast.Options{Interval: 100 * time.Millisecond},
-		Gate:          func(o *gate.Options) { o.Demo = true },
-		Logger:        log,
+		Gate: func(o *gate.Options) {
+			o.Demo = true
+			if configure != nil {
+				configure(o)
+			}
+		},
+		Logger: log,
 	})
 	schedule, err := cronjobs.ParseSchedule("1s")
 	if err != nil {
