@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -227,15 +226,7 @@ func (s *Server) readPatch(c echo.Context) (adminPatch, error) {
 	if err != nil {
 		return p, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return p, apiError(codeInvalidJSON, "body must be a JSON object of gate settings: "+err.Error())
-	}
-	if dec.More() {
-		return p, apiError(codeInvalidJSON, "body must hold one JSON object")
-	}
-	return p, nil
+	return p, decodeOne(body, &p, "a JSON object of gate settings")
 }
 
 // applyPatch returns cfg with p's fields set, or an invalid_argument error

@@ -359,6 +359,21 @@ func (s *Server) namedSession(r *http.Request, req joinRequest) (string, bool, e
 	return req.SessionID, true, nil
 }
 
+// decodeOne decodes body as exactly one JSON object into v, refusing
+// unknown fields and trailing data, with an invalid_json error that says
+// what was wanted.
+func decodeOne(body []byte, v any, want string) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return apiError(codeInvalidJSON, "body must be "+want+": "+err.Error())
+	}
+	if dec.More() {
+		return apiError(codeInvalidJSON, "body must hold one JSON object")
+	}
+	return nil
+}
+
 // joinResponse is a SessionView plus the session's token, for clients that
 // cannot use the cookie (they send it as Bearer).
 type joinResponse struct {
@@ -377,13 +392,8 @@ func (s *Server) join(c echo.Context) error {
 	}
 	var req joinRequest
 	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return apiError(codeInvalidJSON, "body must be JSON such as {\"gate\":\"default\"}: "+err.Error())
-		}
-		if dec.More() {
-			return apiError(codeInvalidJSON, "body must hold one JSON object")
+		if err := decodeOne(body, &req, `JSON such as {"gate":"default"}`); err != nil {
+			return err
 		}
 	}
 	gate := s.gateOf(r, req.Gate)

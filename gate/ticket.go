@@ -2,7 +2,6 @@ package gate
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -41,10 +40,8 @@ func (s *Server) ticket(c echo.Context) error {
 	}
 	var req ticketRequest
 	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return apiError(codeInvalidJSON, "body must be JSON such as {\"purpose\":\"ws\"}: "+err.Error())
+		if err := decodeOne(body, &req, `JSON such as {"purpose":"ws"}`); err != nil {
+			return err
 		}
 	}
 	if req.Purpose == "" {
