@@ -814,6 +814,11 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 			}
 			delete(b.rows, key{g.name, r.ID})
 			b.write(g, &entry{}, session.DecidePurge(r))
+			kind := session.EventDequeued
+			if r.Status == session.StatusActive {
+				kind = session.EventDeactivated
+			}
+			b.eventWhy(g, kind, r, session.StaleReason(o.cfg, r, o.now))
 		}
 		return got, nil
 	}
@@ -823,9 +828,6 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 			return err
 		}
 		n := int64(len(got))
-		for _, r := range got {
-			b.eventWhy(g, session.EventDequeued, r, session.StaleReason(o.cfg, r, o.now))
-		}
 		st.purgedWaiting = n
 		if budget -= n; budget == 0 {
 			return nil
@@ -838,9 +840,6 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 			return err
 		}
 		n := int64(len(got))
-		for _, r := range got {
-			b.eventWhy(g, session.EventDeactivated, r, session.StaleReason(o.cfg, r, o.now))
-		}
 		st.purgedActive = n
 		if budget -= n; budget == 0 {
 			return nil
