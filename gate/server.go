@@ -374,6 +374,22 @@ func decodeOne(body []byte, v any, want string) error {
 	return nil
 }
 
+// readStateChange checks a state-changing call's origin (checkOrigin), then
+// reads its body, which may be empty, as one JSON object into v (decodeOne).
+func (s *Server) readStateChange(r *http.Request, v any, want string) error {
+	if err := s.checkOrigin(r); err != nil {
+		return err
+	}
+	body, err := s.readBody(r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	return decodeOne(body, v, want)
+}
+
 // joinResponse is a SessionView plus the session's token, for clients that
 // cannot use the cookie (they send it as Bearer).
 type joinResponse struct {
@@ -383,18 +399,9 @@ type joinResponse struct {
 
 func (s *Server) join(c echo.Context) error {
 	r := c.Request()
-	if err := s.checkOrigin(r); err != nil {
-		return err
-	}
-	body, err := s.readBody(r)
-	if err != nil {
-		return err
-	}
 	var req joinRequest
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := decodeOne(body, &req, `JSON such as {"gate":"default"}`); err != nil {
-			return err
-		}
+	if err := s.readStateChange(r, &req, `JSON such as {"gate":"default"}`); err != nil {
+		return err
 	}
 	gate := s.gateOf(r, req.Gate)
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {

@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"bytes"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -31,18 +30,9 @@ type ticketResponse struct {
 // "leave".
 func (s *Server) ticket(c echo.Context) error {
 	r := c.Request()
-	if err := s.checkOrigin(r); err != nil {
-		return err
-	}
-	body, err := s.readBody(r)
-	if err != nil {
-		return err
-	}
 	var req ticketRequest
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := decodeOne(body, &req, `JSON such as {"purpose":"ws"}`); err != nil {
-			return err
-		}
+	if err := s.readStateChange(r, &req, `JSON such as {"purpose":"ws"}`); err != nil {
+		return err
 	}
 	if req.Purpose == "" {
 		req.Purpose = c.QueryParam("purpose")
