@@ -135,6 +135,24 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 // start runs the postmaster as a child of this process (killed with it, see
 // sysProcAttr) and waits until it accepts connections.
 func (s *Server) start() error {
+	// Right after a kill -9 the old server's children may still hold its
+	// shared memory and lock file for a moment, and a new postmaster exits
+	// at once: try again a few times before calling it a failure.
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = s.startOnce(); !errors.Is(err, errExitedAtStart) {
+			return err
+		}
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+	}
+	return err
+}
+
+// errExitedAtStart is matched by the error of a start whose postmaster
+// exited before it answered.
+var errExitedAtStart = errors.New("pgtest: postgres exited at start")
+
+func (s *Server) startOnce() error {
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("pgtest: %w", err)
@@ -164,7 +182,7 @@ func (s *Server) start() error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("pgtest: postgres exited at start: %w\n%s", err, s.Log())
+			return fmt.Errorf("%w: %w\n%s", errExitedAtStart, err, s.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
