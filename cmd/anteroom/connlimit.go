@@ -59,6 +59,21 @@ func (l *connLimiter) open(addr netip.Addr) int {
 	return len(l.byAddr[clientKey(addr)])
 }
 
+// idle reports how many of addr's connections are waiting for a request
+// (accepted, or between keep-alive requests): the ones a newcomer may evict
+// (for tests).
+func (l *connLimiter) idle(addr netip.Addr) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.byAddr[clientKey(addr)] {
+		if c.state == http.StateNew || c.state == http.StateIdle {
+			n++
+		}
+	}
+	return n
+}
+
 type limitListener struct {
 	net.Listener
 	l *connLimiter

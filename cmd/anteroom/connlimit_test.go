@@ -88,13 +88,16 @@ func TestConnLimiterClosesTheOldestIdleConnectionForANewOne(t *testing.T) {
 		idle = append(idle, dial(t, addr))
 	}
 	assert.Equal(t, "ok", get(t, idle[2], "/"), "the newest of them has served a request and is idle now")
-	waitFor(t, "three tracked connections", func() bool { return l.open(loopback) == 3 })
+	// The client reads the answer before the server's goroutine marks the
+	// connection idle again; under load that can lag, so wait for it.
+	waitFor(t, "three idle tracked connections", func() bool { return l.open(loopback) == 3 && l.idle(loopback) == 3 })
 
 	for i := range 3 { // each newcomer evicts the oldest idle one
 		c := dial(t, addr)
 		assert.Equal(t, "ok", get(t, c, "/healthz"), "newcomer %d is served", i)
 		assert.True(t, closedByServer(t, idle[i]), "the oldest idle connection (%d) was closed", i)
 		assert.LessOrEqual(t, l.open(loopback), 3)
+		waitFor(t, "the newcomer to be idle again", func() bool { return l.idle(loopback) == l.open(loopback) })
 	}
 }
 
