@@ -103,6 +103,10 @@ func StartSidecar(t testing.TB, opts Options) *Sidecar {
 	if !opts.RealClock {
 		sc.Clock = sessiontest.NewClock(Start)
 		wopts.Clock = sc.Clock
+		// The background sweeper would run on the wall clock's beat against
+		// the fake clock, promoting between a test's steps; tests that need
+		// a sweep call Waitlist.Sweep themselves.
+		wopts.SweepInterval = -1
 	}
 	sc.Waitlist, err = session.New(context.Background(), store, opts.Gates, wopts)
 	if err != nil {
