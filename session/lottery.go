@@ -82,7 +82,7 @@ func LotteryOrder(seed []byte, positions []int64) ([]int64, error) {
 	if len(seed) != LotterySeedSize {
 		return nil, Errorf(CodeInvalidArgument, "lottery seed: want %d bytes, got %d", LotterySeedSize, len(seed))
 	}
-	a := append([]int64(nil), positions...)
+	a := append([]int64{}, positions...)
 	d := &lotteryDraw{key: seed}
 	for i := len(a) - 1; i >= 1; i-- {
 		j := d.below(uint64(i + 1))
