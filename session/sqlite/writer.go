@@ -70,10 +70,10 @@ type op struct {
 	ids     []string
 	gates   []string
 	gen     func() ([]byte, error)
-	setting *session.GateConfig // opSettings: what to save; nil deletes
+	setting *session.GateConfig  // opSettings: what to save; nil deletes
 	fn      func(b *batch) error // opFunc
-	updIn   updateStep          // where an update step starts
-	upd     updateStep          // where it ended, and what it did
+	updIn   updateStep           // where an update step starts
+	upd     updateStep           // where it ended, and what it did
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
