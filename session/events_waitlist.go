@@ -156,6 +156,9 @@ func (w *Waitlist) initEvents(ctx context.Context, snaps map[string]GateSnapshot
 	return nil
 }
 
+// Now is the Waitlist's clock (Options.Clock): the time its rules see.
+func (w *Waitlist) Now() time.Time { return w.clock.Now() }
+
 // Events returns the gate's events from memory, sorted by start. Errors:
 // ErrUnknownGate.
 func (w *Waitlist) Events(gate string) ([]ScheduledEvent, error) {
