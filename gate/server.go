@@ -181,6 +181,7 @@ func New(opts Options) (*Server, error) {
 	e.POST(b+"/api/ticket", s.ticket, limited...)
 	e.GET(b+"/api/status", s.status, limited...)
 	e.GET(b+"/api/global", s.global, limited...)
+	e.GET(b+"/api/events", s.events, limited...)
 	e.GET(b+"/ws", s.socket, limited[1:]...)
 	e.Match(getHead, b+"/check", s.check)
 	e.Match(getHead, b+"/anteroom.js", s.snippet)

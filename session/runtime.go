@@ -194,7 +194,7 @@ func (w *Waitlist) apply(g *gateMemory, cfg GateConfig) {
 // fill promotes waiters into the gate's free slots now, when it admits
 // (Store.Purge with no ids).
 func (w *Waitlist) fill(ctx context.Context, g *gateMemory) error {
-	cfg := g.config()
+	cfg := w.opConfig(g, w.clock.Now())
 	if !g.fillable(cfg) {
 		return nil
 	}

@@ -68,6 +68,9 @@ type Store interface {
 
 	// Close flushes and closes the Store. Calls after it return ErrUnavailable.
 	Close() error
+
+	// EventStore keeps the gates' scheduled events (events_store.go).
+	EventStore
 }
 
 // ReadyChecker is implemented by a Store that can tell whether it can serve
@@ -89,6 +92,8 @@ type GateSnapshot struct {
 	// Settings are the gate's persisted runtime settings (SaveGateSettings),
 	// nil when never saved or forgotten.
 	Settings *GateConfig
+	// Events are the gate's scheduled events (EventStore.Events).
+	Events []ScheduledEvent
 }
 
 // Touch is one coalesced sign of life (see DecideTouch).

@@ -47,6 +47,8 @@ type Options struct {
 	// UpdateObserver, when set, is called with the report of each gate's
 	// update (Update), its Duration included. It must not block.
 	UpdateObserver func(UpdateReport)
+	// Events are the configured scheduled events (events.go), stored at New.
+	Events []ScheduledEvent
 }
 
 // DefaultUpdateChunk is the default Options.UpdateChunk, and the chunk a
@@ -86,6 +88,8 @@ type Waitlist struct {
 	flusherDone chan struct{}
 	sweeperDone chan struct{}
 	closeOnce   sync.Once
+
+	ev eventMemory // scheduled events (events_waitlist.go)
 }
 
 // gateSet is the service's gates: by name, and the names sorted. Never
@@ -216,6 +220,9 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 	}
 	sort.Strings(set.names)
 	w.set.Store(set)
+	if err := w.initEvents(ctx, snaps, opts.Events); err != nil {
+		return nil, err
+	}
 
 	interval := opts.TouchInterval
 	if interval == 0 {
@@ -286,7 +293,9 @@ func (w *Waitlist) Join(ctx context.Context, gate, id string) (SessionView, erro
 	if err != nil {
 		return SessionView{}, err
 	}
-	s, err := w.store.Join(ctx, g.config(), id, w.clock.Now())
+	now := w.clock.Now()
+	w.joinEvents(ctx, gate, now)
+	s, err := w.store.Join(ctx, w.opConfig(g, now), id, now)
 	if err != nil {
 		return SessionView{}, err
 	}
@@ -317,7 +326,8 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.store.Release(ctx, g.config(), id, w.clock.Now()); err != nil && !errors.Is(err, ErrNotFound) {
+	now := w.clock.Now()
+	if _, err := w.store.Release(ctx, w.opConfig(g, now), id, now); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	return nil
@@ -488,12 +498,12 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 	if w.closed.Load() {
 		return ErrUnavailable
 	}
-	var firstErr error
+	firstErr := w.AdvanceEvents(ctx)
 	set := w.set.Load()
 	for _, name := range set.names {
 		g := set.m[name]
-		cfg := g.config()
 		now := w.clock.Now()
+		cfg := w.opConfig(g, now)
 		nowN := now.UnixNano()
 		grace := int64(cfg.ReleaseOnDisconnect)
 		var unclaimed, gone []string
@@ -578,12 +588,16 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 	if err := w.FlushTouches(ctx); err != nil {
 		return nil, err
 	}
+	if err := w.AdvanceEvents(ctx); err != nil {
+		w.log.Warn("anteroom: event transitions failed", "err", err)
+	}
 	set := w.set.Load()
 	reports := make([]UpdateReport, 0, len(set.names))
 	for _, name := range set.names {
 		g := set.m[name]
 		start := time.Now()
-		r, err := w.store.Update(ctx, g.config(), w.clock.Now(), w.chunk)
+		now := w.clock.Now()
+		r, err := w.store.Update(ctx, w.opConfig(g, now), now, w.chunk)
 		r.Gate = name
 		r.Duration = time.Since(start)
 		if w.updObs != nil {
@@ -880,6 +894,7 @@ func (w *Waitlist) onCommit(c Commit) {
 			}
 		}
 	}
+	w.onEventCommit(c)
 	if w.obs != nil {
 		w.obs(c)
 	}

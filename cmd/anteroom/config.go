@@ -67,6 +67,8 @@ type GateConfig struct {
 	Mode string `yaml:"mode"`
 	// NewUsersPerMinute paces admissions (0: no pacing).
 	NewUsersPerMinute int64 `yaml:"new_users_per_minute"`
+	// Events are the gate's scheduled events (config_events.go).
+	Events []EventConfig `yaml:"events"`
 }
 
 // RateLimitConfig bounds the client API per client IP.
@@ -479,6 +481,10 @@ var settings = []setting{
 		}
 		g.NewUsersPerMinute = n
 		return nil
+	}},
+	{key: "gates.<name>.events", env: "ANTEROOM_GATES_<NAME>_EVENTS", want: "list of events", applyGate: func(g *GateConfig, v string) (err error) {
+		g.Events, err = parseEventsEnv(v)
+		return err
 	}},
 }
 
@@ -906,6 +912,9 @@ func (c Config) Validate() error {
 		}
 		if g.NewUsersPerMinute < 0 || g.NewUsersPerMinute > session.MaxNewUsersPerMinute {
 			return bad(key+".new_users_per_minute", "must be 0 (no pacing) or a positive number of admissions per minute")
+		}
+		if _, err := sessionEvents(name, g.Events); err != nil {
+			return err
 		}
 	}
 	return nil

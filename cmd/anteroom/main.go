@@ -202,6 +202,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		Observer:       met.ObserveCommit,
 		UpdateObserver: met.ObserveUpdate,
 		Ready:          storeReady,
+		Events:         cfg.SessionEvents(),
 	})
 	if err != nil {
 		return err

@@ -362,6 +362,9 @@ func (s *Store) Load(ctx context.Context, gates []string) (map[string]session.Ga
 		snap.Settings = &c
 		o.snaps[name] = snap
 	}
+	if err := s.loadEvents(ctx, o.snaps); err != nil {
+		return o.snaps, err
+	}
 	return o.snaps, nil
 }
 

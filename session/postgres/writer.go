@@ -24,10 +24,11 @@ const (
 	opUpdate
 	opLoad
 	opPurge
+	opFunc // fn runs in the transaction (events.go)
 )
 
 func (k opKind) String() string {
-	return [...]string{"op", "join", "leave", "release", "touch", "update", "load", "purge"}[k]
+	return [...]string{"op", "join", "leave", "release", "touch", "update", "load", "purge", "event"}[k]
 }
 
 // op is one operation queued for the writer, with its answer.
@@ -42,6 +43,7 @@ type op struct {
 	gates   []string
 	updIn   updateStep
 	upd     updateStep
+	fn      func(ctx context.Context, b *batch) error // opFunc
 
 	sess  session.Session
 	snaps map[string]session.GateSnapshot
@@ -648,6 +650,8 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		return s.applyLoad(ctx, b, o)
 	case opPurge:
 		return s.applyPurge(ctx, b, o)
+	case opFunc:
+		return o.fn(ctx, b)
 	default:
 		return fmt.Errorf("unknown op %d", o.kind)
 	}

@@ -483,6 +483,9 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 			return err
 		}
 		snap := session.GateSnapshot{State: st, Active: active, Waiting: waiting}
+		if snap.Events, err = s.eventsOf(name); err != nil {
+			return err
+		}
 		if c, ok := settings[name]; ok {
 			snap.Settings = &c
 		}

@@ -27,6 +27,7 @@ const (
 	opPurge
 	opProbe
 	opSettings
+	opFunc // fn runs in the transaction (events.go)
 )
 
 func (k opKind) String() string {
@@ -51,6 +52,8 @@ func (k opKind) String() string {
 		return "probe"
 	case opSettings:
 		return "settings"
+	case opFunc:
+		return "event"
 	}
 	return "op"
 }
@@ -67,9 +70,10 @@ type op struct {
 	ids     []string
 	gates   []string
 	gen     func() ([]byte, error)
-	setting *session.GateConfig // opSettings: what to save; nil deletes
-	updIn   updateStep          // where an update step starts
-	upd     updateStep          // where it ended, and what it did
+	setting *session.GateConfig  // opSettings: what to save; nil deletes
+	fn      func(b *batch) error // opFunc
+	updIn   updateStep           // where an update step starts
+	upd     updateStep           // where it ended, and what it did
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
@@ -386,6 +390,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applyProbe()
 	case opSettings:
 		err = s.applySettings(o)
+	case opFunc:
+		err = o.fn(b)
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}

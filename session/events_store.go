@@ -1,0 +1,39 @@
+package session
+
+import (
+	"context"
+	"time"
+)
+
+// EventStore is the part of a Store that keeps scheduled events
+// (events.go). Every method runs under the gate's lock of the Store (its
+// writer, or the gate row's lock on a shared database), so that the
+// transitions are done once whichever process asks.
+type EventStore interface {
+	// SaveEvent stores ev's schedule and overrides (MergeSaved decides: a
+	// new event is stored scheduled with ev.Seed; an existing one that is
+	// still scheduled takes the new schedule and keeps its seed) and
+	// returns the event as stored. Errors: ErrInvalidArgument, a
+	// CodeEventLocked error once the stored event's pre-queue opened,
+	// ErrUnavailable, or a CodeInternal error on storage failure.
+	SaveEvent(ctx context.Context, ev ScheduledEvent) (ScheduledEvent, error)
+
+	// DeleteEvent removes an event (CheckDelete decides). Errors: a
+	// CodeEventNotFound error, a CodeEventLocked error while its pre-queue
+	// is open, ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
+	DeleteEvent(ctx context.Context, gate, id string) error
+
+	// Events returns the events of a gate, sorted by SortEvents. Errors:
+	// ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
+	Events(ctx context.Context, gate string) ([]ScheduledEvent, error)
+
+	// AdvanceEvent runs the transitions of an event that are due at now, in
+	// one transaction under the gate's lock: DecidePrequeue with the gate's
+	// counters; then, when the start is due, DecideStart with the positions
+	// of the sessions waiting at or above FirstPosition, moving each
+	// shuffled session to its new position (an EventReordered each) and
+	// recording an EventLaunched. It returns the event as stored afterwards
+	// and whether this call changed it. Errors: a CodeEventNotFound error,
+	// ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
+	AdvanceEvent(ctx context.Context, gate, id string, now time.Time) (ScheduledEvent, bool, error)
+}

@@ -1,0 +1,405 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The Waitlist's side of scheduled events: the events of every gate in
+// memory (copied on write, read lock-free by every operation through
+// opConfig), their transitions run by the sweeper, the update and, when
+// due, by a join before it joins, and the admin operations.
+
+// eventsReload is how often a Waitlist over a shared Store (Options.Ready
+// set) reads the events again, to see those another instance added.
+const eventsReload = 2 * time.Second
+
+// eventMemory holds the events of every gate.
+type eventMemory struct {
+	mu       sync.Mutex // serialises writers of byGate
+	byGate   atomic.Pointer[map[string][]ScheduledEvent]
+	loadedAt atomic.Int64 // unix nanoseconds of the last reload
+	stale    atomic.Bool  // another instance started an event: reload
+}
+
+// of returns the gate's events (never written: copy before changing).
+func (m *eventMemory) of(gate string) []ScheduledEvent {
+	p := m.byGate.Load()
+	if p == nil {
+		return nil
+	}
+	return (*p)[gate]
+}
+
+// set replaces the gate's events.
+func (m *eventMemory) set(gate string, evs []ScheduledEvent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.setLocked(gate, evs)
+}
+
+func (m *eventMemory) setLocked(gate string, evs []ScheduledEvent) {
+	old := m.byGate.Load()
+	next := make(map[string][]ScheduledEvent)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	if len(evs) == 0 {
+		delete(next, gate)
+	} else {
+		SortEvents(evs)
+		next[gate] = evs
+	}
+	m.byGate.Store(&next)
+}
+
+// phaseRank orders phases so that memory never goes back.
+func phaseRank(p EventPhase) int {
+	switch p {
+	case EventPrequeue:
+		return 1
+	case EventStarted, EventEnded:
+		return 2
+	}
+	return 0
+}
+
+// put replaces one event of the gate unless memory already holds it in a
+// later phase (answers of concurrent transitions arrive in any order).
+func (m *eventMemory) put(ev ScheduledEvent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.of(ev.Gate)
+	evs := make([]ScheduledEvent, 0, len(cur)+1)
+	for _, e := range cur {
+		if e.ID == ev.ID {
+			if phaseRank(e.Phase) > phaseRank(ev.Phase) {
+				ev = e
+			}
+			continue
+		}
+		evs = append(evs, e)
+	}
+	m.setLocked(ev.Gate, append(evs, ev))
+}
+
+// opConfig is the configuration the gate's operations run with at now: its
+// configuration with its events applied (EventConfig).
+func (w *Waitlist) opConfig(g *gateMemory, now time.Time) GateConfig {
+	cfg := g.config()
+	evs := w.ev.of(cfg.Name)
+	if len(evs) == 0 {
+		return cfg
+	}
+	return EventConfig(cfg, evs, now)
+}
+
+// initEvents puts the loaded events in memory and stores the configured
+// ones (Options.Events): a new one is saved with a fresh seed; a stored one
+// still scheduled takes the file's schedule; one whose pre-queue opened is
+// left as stored. A configured event that is not stored and whose start
+// has passed is skipped with a warning.
+func (w *Waitlist) initEvents(ctx context.Context, snaps map[string]GateSnapshot, configured []ScheduledEvent) error {
+	for name, snap := range snaps {
+		w.ev.set(name, append([]ScheduledEvent(nil), snap.Events...))
+	}
+	now := w.clock.Now()
+	for _, ev := range configured {
+		if err := ev.Validate(); err != nil {
+			return err
+		}
+		g := w.lookup(ev.Gate)
+		if g == nil {
+			return Errorf(CodeUnknownGate, "event %q: unknown gate %q", ev.ID, ev.Gate)
+		}
+		var stored *ScheduledEvent
+		for _, e := range w.ev.of(ev.Gate) {
+			if e.ID == ev.ID {
+				e := e
+				stored = &e
+			}
+		}
+		switch {
+		case stored != nil && stored.PhaseAt(now) != EventScheduled:
+			if !SameSchedule(*stored, ev) {
+				w.log.Warn("anteroom: configured event has begun; its stored schedule stays", "gate", ev.Gate, "event", ev.ID)
+			}
+			continue
+		case stored != nil && SameSchedule(*stored, ev):
+			continue
+		case stored == nil && !ev.StartsAt.After(now):
+			w.log.Warn("anteroom: configured event starts in the past and was never stored; skipped", "gate", ev.Gate, "event", ev.ID)
+			continue
+		}
+		if err := ev.checkOverlap(w.ev.of(ev.Gate)); err != nil {
+			return err
+		}
+		if stored == nil {
+			seed, err := NewLotterySeed()
+			if err != nil {
+				return err
+			}
+			ev.Seed = seed
+		}
+		saved, err := w.store.SaveEvent(ctx, ev)
+		if err != nil {
+			return err
+		}
+		w.ev.put(saved)
+	}
+	w.ev.loadedAt.Store(now.UnixNano())
+	return nil
+}
+
+// Now is the Waitlist's clock (Options.Clock): the time its rules see.
+func (w *Waitlist) Now() time.Time { return w.clock.Now() }
+
+// Events returns the gate's events from memory, sorted by start. Errors:
+// ErrUnknownGate.
+func (w *Waitlist) Events(gate string) ([]ScheduledEvent, error) {
+	if _, err := w.gate(gate); err != nil {
+		return nil, err
+	}
+	return append([]ScheduledEvent(nil), w.ev.of(gate)...), nil
+}
+
+// AddEvent schedules a new event (ev.Gate names the gate) with a fresh
+// secret seed, and returns it as stored; a pre-queue already open at now
+// opens at once. Errors: ErrUnknownGate, ErrInvalidArgument (out of range,
+// in the past, too far ahead, its pre-queue overlapping another's, too many
+// events), a CodeEventExists error, ErrUnavailable, or the Store's.
+func (w *Waitlist) AddEvent(ctx context.Context, ev ScheduledEvent) (ScheduledEvent, error) {
+	return w.saveEvent(ctx, ev, true)
+}
+
+// ReplaceEvent changes the schedule and overrides of an event that is still
+// scheduled (it keeps its seed). Errors: those of AddEvent, a
+// CodeEventNotFound error instead of CodeEventExists, and a CodeEventLocked
+// error once its pre-queue opened.
+func (w *Waitlist) ReplaceEvent(ctx context.Context, ev ScheduledEvent) (ScheduledEvent, error) {
+	return w.saveEvent(ctx, ev, false)
+}
+
+func (w *Waitlist) saveEvent(ctx context.Context, ev ScheduledEvent, create bool) (ScheduledEvent, error) {
+	if _, err := w.gate(ev.Gate); err != nil {
+		return ScheduledEvent{}, err
+	}
+	now := w.clock.Now()
+	ev = ev.Schedule()
+	ev.Seed = nil
+	if err := ev.ValidateNew(now); err != nil {
+		return ScheduledEvent{}, err
+	}
+	w.adminMu.Lock()
+	defer w.adminMu.Unlock()
+	if w.closed.Load() {
+		return ScheduledEvent{}, ErrUnavailable
+	}
+	current, err := w.store.Events(ctx, ev.Gate)
+	if err != nil {
+		return ScheduledEvent{}, err
+	}
+	exists := false
+	for _, e := range current {
+		if e.ID == ev.ID {
+			exists = true
+			if !create && e.Phase != EventScheduled {
+				return ScheduledEvent{}, Errorf(CodeEventLocked, "event %q of gate %q is %s: it can no longer change", ev.ID, ev.Gate, e.Phase)
+			}
+		}
+	}
+	switch {
+	case create && exists:
+		return ScheduledEvent{}, Errorf(CodeEventExists, "gate %q has an event %q already", ev.Gate, ev.ID)
+	case !create && !exists:
+		return ScheduledEvent{}, EventNotFound(ev.Gate, ev.ID)
+	}
+	if err := ev.checkOverlap(current); err != nil {
+		return ScheduledEvent{}, err
+	}
+	if create {
+		if ev.Seed, err = NewLotterySeed(); err != nil {
+			return ScheduledEvent{}, err
+		}
+	}
+	saved, err := w.store.SaveEvent(ctx, ev)
+	if err != nil {
+		return ScheduledEvent{}, err
+	}
+	w.ev.set(ev.Gate, replaceEvent(current, saved))
+	w.log.Info("anteroom: event scheduled", "gate", ev.Gate, "event", ev.ID, "prequeueAt", ev.PrequeueAt, "startsAt", ev.StartsAt, "shuffle", ev.Shuffle)
+	if saved.Due(now) {
+		if _, _, err := w.advanceEvent(ctx, saved.Gate, saved.ID, now); err != nil {
+			return saved, err
+		}
+		for _, e := range w.ev.of(ev.Gate) {
+			if e.ID == ev.ID {
+				saved = e
+			}
+		}
+	}
+	return saved, nil
+}
+
+func replaceEvent(evs []ScheduledEvent, ev ScheduledEvent) []ScheduledEvent {
+	out := make([]ScheduledEvent, 0, len(evs)+1)
+	for _, e := range evs {
+		if e.ID != ev.ID {
+			out = append(out, e)
+		}
+	}
+	return append(out, ev)
+}
+
+// RemoveEvent removes an event: one not yet in its pre-queue, or one that
+// started (its overrides stop; its published lottery data goes). Errors:
+// ErrUnknownGate, a CodeEventNotFound error, a CodeEventLocked error while
+// its pre-queue is open, ErrUnavailable, or the Store's.
+func (w *Waitlist) RemoveEvent(ctx context.Context, gate, id string) error {
+	if _, err := w.gate(gate); err != nil {
+		return err
+	}
+	if !ValidGateName(id) {
+		return EventNotFound(gate, id)
+	}
+	w.adminMu.Lock()
+	defer w.adminMu.Unlock()
+	if w.closed.Load() {
+		return ErrUnavailable
+	}
+	if err := w.store.DeleteEvent(ctx, gate, id); err != nil {
+		return err
+	}
+	evs, err := w.store.Events(ctx, gate)
+	if err != nil {
+		return err
+	}
+	w.ev.set(gate, evs)
+	w.log.Info("anteroom: event removed", "gate", gate, "event", id)
+	return nil
+}
+
+// advanceEvent runs the transitions of one event due at now (Store.AdvanceEvent)
+// and puts the result in memory.
+func (w *Waitlist) advanceEvent(ctx context.Context, gate, id string, now time.Time) (ScheduledEvent, bool, error) {
+	ev, changed, err := w.store.AdvanceEvent(ctx, gate, id, now)
+	if err != nil {
+		if errors.Is(err, &Error{Code: CodeEventNotFound}) {
+			// Removed by another instance.
+			w.ev.stale.Store(true)
+		}
+		return ev, false, err
+	}
+	w.ev.put(ev)
+	if changed {
+		switch ev.Phase {
+		case EventPrequeue:
+			w.log.Info("anteroom: event pre-queue opened", "gate", gate, "event", id, "firstPosition", ev.FirstPosition, "commitment", ev.Commitment())
+		case EventStarted:
+			w.log.Info("anteroom: event started", "gate", gate, "event", id, "prequeue", len(ev.Positions), "shuffle", ev.Shuffle)
+		}
+	}
+	return ev, changed, nil
+}
+
+// advanceDue runs the transitions due at now of the gate's events. It
+// returns the first error.
+func (w *Waitlist) advanceDue(ctx context.Context, gate string, now time.Time) error {
+	var first error
+	for _, e := range w.ev.of(gate) {
+		if !e.Due(now) {
+			continue
+		}
+		if _, _, err := w.advanceEvent(ctx, gate, e.ID, now); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// AdvanceEvents runs every transition due now, on every gate; over a
+// shared Store it first reads the events again every eventsReload (or
+// after another instance started one). The sweeper and Update call it. It
+// returns the first error.
+func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
+	if w.closed.Load() {
+		return ErrUnavailable
+	}
+	now := w.clock.Now()
+	var first error
+	set := w.set.Load()
+	if w.ready != nil && (w.ev.stale.Load() || now.UnixNano()-w.ev.loadedAt.Load() >= int64(eventsReload)) {
+		w.ev.stale.Store(false)
+		w.ev.loadedAt.Store(now.UnixNano())
+		for _, name := range set.names {
+			evs, err := w.store.Events(ctx, name)
+			if err != nil {
+				if first == nil {
+					first = err
+				}
+				continue
+			}
+			for _, e := range evs {
+				w.ev.put(e)
+			}
+			w.dropRemoved(name, evs)
+		}
+	}
+	for _, name := range set.names {
+		if err := w.advanceDue(ctx, name, now); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// dropRemoved forgets the events of gate that the store no longer has.
+func (w *Waitlist) dropRemoved(gate string, stored []ScheduledEvent) {
+	keep := make(map[string]bool, len(stored))
+	for _, e := range stored {
+		keep[e.ID] = true
+	}
+	cur := w.ev.of(gate)
+	out := make([]ScheduledEvent, 0, len(cur))
+	for _, e := range cur {
+		if keep[e.ID] {
+			out = append(out, e)
+		}
+	}
+	if len(out) != len(cur) {
+		w.ev.set(gate, out)
+	}
+}
+
+// joinEvents runs the transitions due before a join at now, so that nobody
+// joins a gate whose pre-queue should be open, or whose lottery should be
+// drawn, before that happened. A failure is logged: the join still waits
+// (EventConfig holds the line until the start is stored).
+func (w *Waitlist) joinEvents(ctx context.Context, gate string, now time.Time) {
+	if err := w.advanceDue(ctx, gate, now); err != nil {
+		w.log.Warn("anteroom: event transition before a join failed", "gate", gate, "err", err)
+	}
+}
+
+// onEventCommit tells the clients of each session the lottery moved of its
+// new position, and notes an event started elsewhere (a shared Store's
+// follower) so that memory reads the events again.
+func (w *Waitlist) onEventCommit(c Commit) {
+	set := w.set.Load()
+	now := w.clock.Now()
+	for _, ev := range c.Events {
+		switch ev.Kind {
+		case EventReordered:
+			if g := set.m[ev.Session.Gate]; g != nil && w.pub != nil {
+				w.pub.PublishSession(g.sessionView(ev.Session, now))
+			}
+		case EventLaunched:
+			w.ev.stale.Store(true)
+		}
+	}
+}

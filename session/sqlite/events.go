@@ -1,0 +1,294 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// Scheduled events live in the meta table (migrations/0001), one row per
+// event keyed eventsPrefix+gate+"/"+id, its value session's stored JSON of
+// the event: no schema change. Gate names and event ids have no '/', and
+// '/' + 1 is '0', so the keys of a gate's events are exactly those in
+// [eventsPrefix+gate+"/", eventsPrefix+gate+"0").
+const eventsPrefix = "gate_events/"
+
+const sqlGateEvents = `SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key`
+
+func eventKey(gate, id string) string { return eventsPrefix + gate + "/" + id }
+
+func eventRange(gate string) (lo, hi string) {
+	return eventsPrefix + gate + "/", eventsPrefix + gate + "0"
+}
+
+// eventOp runs fn in a transaction of the writer, with the gate's entry
+// (its row created when missing) and its counters.
+func (s *Store) eventOp(ctx context.Context, gate string, fn func(b *batch, e *gateEntry) error) error {
+	if !session.ValidGateName(gate) {
+		return session.Errorf(session.CodeInvalidArgument, "sqlite: event: gate name %q", gate)
+	}
+	o := newOp(ctx, opFunc)
+	o.cfg.Name = gate
+	o.fn = func(b *batch) error {
+		e, err := s.gate(b, gate)
+		if err != nil {
+			return err
+		}
+		return fn(b, e)
+	}
+	err := s.do(o)
+	putOp(o)
+	return err
+}
+
+// storedEvent reads one event inside the writer's transaction, or nil.
+func (s *Store) storedEvent(gate, id string) (*session.ScheduledEvent, error) {
+	var dest [1]driver.Value
+	found, err := s.wc.queryRow(s.wc.selectMeta, dest[:], eventKey(gate, id))
+	if err != nil {
+		return nil, fmt.Errorf("read event %q of gate %q: %w", id, gate, err)
+	}
+	if !found {
+		return nil, nil
+	}
+	ev, err := session.DecodeStoredEvent(gate, id, asBytes(dest[0]))
+	if err != nil {
+		return nil, err
+	}
+	return &ev, nil
+}
+
+func (s *Store) writeEvent(ev session.ScheduledEvent) error {
+	b, err := session.EncodeStoredEvent(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := s.wc.exec(s.wc.insertMeta, eventKey(ev.Gate, ev.ID), b); err != nil {
+		return fmt.Errorf("save event %q of gate %q: %w", ev.ID, ev.Gate, err)
+	}
+	return nil
+}
+
+// SaveEvent stores ev's schedule (session.MergeSaved decides) and returns
+// the event as stored. Errors: session.ErrInvalidArgument,
+// a session.CodeEventLocked error, session.ErrUnavailable after Close, the
+// context's error, a session.CodeInternal error on storage failure.
+func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (session.ScheduledEvent, error) {
+	if err := ev.Validate(); err != nil {
+		return session.ScheduledEvent{}, err
+	}
+	var saved session.ScheduledEvent
+	err := s.eventOp(ctx, ev.Gate, func(_ *batch, _ *gateEntry) error {
+		stored, err := s.storedEvent(ev.Gate, ev.ID)
+		if err != nil {
+			return err
+		}
+		next, err := session.MergeSaved(stored, ev)
+		if err != nil {
+			return err
+		}
+		if err := s.writeEvent(next); err != nil {
+			return err
+		}
+		saved = next
+		return nil
+	})
+	return saved, err
+}
+
+// DeleteEvent removes an event (session.CheckDelete decides). Errors: a
+// session.CodeEventNotFound or CodeEventLocked error,
+// session.ErrInvalidArgument, session.ErrUnavailable after Close, the
+// context's error, a session.CodeInternal error on storage failure.
+func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
+	if !session.ValidGateName(id) {
+		return session.Errorf(session.CodeInvalidArgument, "sqlite: delete event: id %q", id)
+	}
+	return s.eventOp(ctx, gate, func(_ *batch, _ *gateEntry) error {
+		stored, err := s.storedEvent(gate, id)
+		if err != nil {
+			return err
+		}
+		if stored == nil {
+			return session.EventNotFound(gate, id)
+		}
+		if err := session.CheckDelete(*stored); err != nil {
+			return err
+		}
+		if _, err := s.wc.exec(s.wc.deleteMeta, eventKey(gate, id)); err != nil {
+			return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
+		}
+		return nil
+	})
+}
+
+// Events returns the gate's events, sorted by start, from the read pool.
+// Errors: session.ErrInvalidArgument, session.ErrUnavailable after Close, a
+// session.CodeInternal error on storage failure or an event that does not
+// decode.
+func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEvent, error) {
+	if !session.ValidGateName(gate) {
+		return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: events: gate name %q", gate)
+	}
+	if s.closed.Load() {
+		return nil, session.ErrUnavailable
+	}
+	lo, hi := eventRange(gate)
+	rows, err := s.readDB.QueryContext(ctx, sqlGateEvents, lo, hi)
+	if err != nil {
+		return nil, s.readErr("events", err)
+	}
+	defer rows.Close()
+	var out []session.ScheduledEvent
+	for rows.Next() {
+		var key string
+		var val []byte
+		if err := rows.Scan(&key, &val); err != nil {
+			return nil, s.readErr("events", err)
+		}
+		ev, err := session.DecodeStoredEvent(gate, strings.TrimPrefix(key, lo), val)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("events", err)
+	}
+	session.SortEvents(out)
+	return out, nil
+}
+
+// eventsOf reads the gate's events inside the writer's transaction (Load).
+func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
+	lo, hi := eventRange(gate)
+	pc, ok := s.wc.c.(driver.ConnPrepareContext)
+	if !ok {
+		return nil, errors.New("driver connection cannot prepare with a context")
+	}
+	st, err := pc.PrepareContext(context.Background(), sqlGateEvents)
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	defer st.Close()
+	rows, err := st.(driver.StmtQueryContext).QueryContext(context.Background(), []driver.NamedValue{{Ordinal: 1, Value: lo}, {Ordinal: 2, Value: hi}})
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	var out []session.ScheduledEvent
+	var dest [2]driver.Value
+	for {
+		err := rows.Next(dest[:])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		ev, err := session.DecodeStoredEvent(gate, strings.TrimPrefix(asString(dest[0]), lo), asBytes(dest[1]))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	session.SortEvents(out)
+	return out, nil
+}
+
+// AdvanceEvent runs the event's transitions due at now in one writer
+// transaction: session.DecidePrequeue with the gate's counters, then, when
+// the start is due, session.DecideStart over the waiters at or above
+// FirstPosition, whose rows are moved to their new positions (deleted,
+// then inserted: (gate, position) is the table's key), with an
+// EventReordered each and one EventLaunched. Errors: a
+// session.CodeEventNotFound error, session.ErrInvalidArgument,
+// session.ErrUnavailable after Close, the context's error, a
+// session.CodeInternal error on storage failure.
+func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time) (session.ScheduledEvent, bool, error) {
+	if !session.ValidGateName(id) {
+		return session.ScheduledEvent{}, false, session.Errorf(session.CodeInvalidArgument, "sqlite: advance event: id %q", id)
+	}
+	now = normTime(now)
+	var out session.ScheduledEvent
+	var changed bool
+	err := s.eventOp(ctx, gate, func(b *batch, e *gateEntry) error {
+		stored, err := s.storedEvent(gate, id)
+		if err != nil {
+			return err
+		}
+		if stored == nil {
+			return session.EventNotFound(gate, id)
+		}
+		next, ch, startDue := session.DecidePrequeue(*stored, e.c, now)
+		if startDue {
+			rows, err := s.wc.query(s.wc.firstWaiters, gate, next.FirstPosition, int64(math.MaxInt64))
+			if err != nil {
+				return fmt.Errorf("read the pre-queue: %w", err)
+			}
+			waiters, err := s.wc.sessions(rows, gate, nil)
+			if err != nil {
+				return fmt.Errorf("read the pre-queue: %w", err)
+			}
+			positions := make([]int64, len(waiters))
+			for i, w := range waiters {
+				positions[i] = w.Position
+			}
+			var moves map[int64]int64
+			if next, moves, err = session.DecideStart(next, positions, now); err != nil {
+				return err
+			}
+			if err := s.moveSessions(b, e, waiters, moves); err != nil {
+				return err
+			}
+			b.events = append(b.events, session.Event{Kind: session.EventLaunched,
+				Session: session.Session{Gate: gate, ID: id, CreatedAt: now, Position: int64(len(positions))}})
+			e.report = true
+			ch = true
+		}
+		if ch {
+			if err := s.writeEvent(next); err != nil {
+				return err
+			}
+		}
+		out, changed = next, ch
+		return nil
+	})
+	return out, changed, err
+}
+
+// moveSessions gives the waiters named in moves (old position -> new) their
+// new positions: every moved row is deleted, then inserted again.
+func (s *Store) moveSessions(b *batch, e *gateEntry, waiters []session.Session, moves map[int64]int64) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	var moved []session.Session
+	for _, w := range waiters {
+		to, ok := moves[w.Position]
+		if !ok {
+			continue
+		}
+		if _, err := s.wc.exec(s.wc.deleteRow, e.name, w.Position); err != nil {
+			return fmt.Errorf("move session: %w", err)
+		}
+		w.Position = to
+		moved = append(moved, w)
+	}
+	for _, w := range moved {
+		if _, err := s.wc.exec(s.wc.insertRow, e.name, w.Position, w.ID, statusValue(w.Status), nullNanos(w.LastActive), w.CreatedAt.UnixNano(), nullNanos(w.ClaimDeadline)); err != nil {
+			return fmt.Errorf("move session: %w", err)
+		}
+		_, sl, _ := s.idx.lookup(e.name, w.ID)
+		s.idx.put(e.name, w.ID, sl, w.Position)
+		b.events = append(b.events, session.Event{Kind: session.EventReordered, Session: w})
+	}
+	return nil
+}
