@@ -27,6 +27,7 @@ const (
 	opPurge
 	opProbe
 	opSettings
+	opAdmission // admission.go: runs fn on the writer
 )
 
 func (k opKind) String() string {
@@ -51,6 +52,8 @@ func (k opKind) String() string {
 		return "probe"
 	case opSettings:
 		return "settings"
+	case opAdmission:
+		return "admission"
 	}
 	return "op"
 }
@@ -70,6 +73,7 @@ type op struct {
 	setting *session.GateConfig // opSettings: what to save; nil deletes
 	updIn   updateStep          // where an update step starts
 	upd     updateStep          // where it ended, and what it did
+	fn      func() error        // opAdmission: the work, run in the writer's transaction
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
@@ -386,6 +390,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applyProbe()
 	case opSettings:
 		err = s.applySettings(o)
+	case opAdmission:
+		err = o.fn()
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
