@@ -67,6 +67,14 @@ type GateConfig struct {
 	Mode string `yaml:"mode"`
 	// NewUsersPerMinute paces admissions (0: no pacing).
 	NewUsersPerMinute int64 `yaml:"new_users_per_minute"`
+	// AdmissionToken turns on admission tokens (JWT, EdDSA) for the gate.
+	AdmissionToken AdmissionTokenConfig `yaml:"admission_token"`
+}
+
+// AdmissionTokenConfig is a gate's admission_token section.
+type AdmissionTokenConfig struct {
+	// TTL is how long an admission token is valid (0: no tokens).
+	TTL Duration `yaml:"ttl"`
 }
 
 // RateLimitConfig bounds the client API per client IP.
@@ -131,6 +139,22 @@ const (
 	defaultMaxSockets          = 10000
 	defaultMaxSocketsPerClient = 100
 )
+
+// maxAdmissionTTL bounds gates.<name>.admission_token.ttl
+// (token.MaxAdmissionTTL).
+const maxAdmissionTTL = 24 * time.Hour
+
+// AdmissionTTLs returns the admission token lifetime of each gate that
+// issues them.
+func (c Config) AdmissionTTLs() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for name, g := range c.Gates {
+		if g.AdmissionToken.TTL > 0 {
+			out[name] = time.Duration(g.AdmissionToken.TTL)
+		}
+	}
+	return out
+}
 
 // demoReleaseOnDisconnect is release_on_disconnect's default when the
 // demo is served: a closed demo tab frees its slot at once.
@@ -479,6 +503,11 @@ var settings = []setting{
 		}
 		g.NewUsersPerMinute = n
 		return nil
+	}},
+	{key: "gates.<name>.admission_token.ttl", env: "ANTEROOM_GATES_<NAME>_ADMISSION_TOKEN_TTL", want: "duration", applyGate: func(g *GateConfig, v string) error {
+		d, err := parseDuration(v)
+		g.AdmissionToken.TTL = Duration(d)
+		return err
 	}},
 }
 
@@ -906,6 +935,9 @@ func (c Config) Validate() error {
 		}
 		if g.NewUsersPerMinute < 0 || g.NewUsersPerMinute > session.MaxNewUsersPerMinute {
 			return bad(key+".new_users_per_minute", "must be 0 (no pacing) or a positive number of admissions per minute")
+		}
+		if d := time.Duration(g.AdmissionToken.TTL); d != 0 && (d < time.Second || d > maxAdmissionTTL) {
+			return bad(key+".admission_token.ttl", "must be 0 (no admission tokens) or from 1s to %v, such as \"5m\"", maxAdmissionTTL)
 		}
 	}
 	return nil
