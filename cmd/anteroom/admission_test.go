@@ -8,11 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session/postgres/pgtest"
 )
 
 // gates.<name>.admission_token.ttl: off by default, from the file and the
@@ -108,4 +111,57 @@ func TestRunAdmissionTokensAcrossRestarts(t *testing.T) {
 	status, v = post(r3.addr, "/anteroom/api/join", "")
 	require.Equal(t, http.StatusOK, status)
 	assert.NotContains(t, v, "admission")
+}
+
+// Two sidecars on one Postgres database: the same keys, and 100 concurrent
+// redeems of one jti spread over both answer exactly one 200.
+func TestRedeemOnceAcrossPostgresInstances(t *testing.T) {
+	url := pgtest.DB(t)
+	const key = "checkout-api-key-0123456789"
+	env := []string{"ANTEROOM_DATABASE=" + url, "ANTEROOM_GATES_DEFAULT_ADMISSION_TOKEN_TTL=5m", "ANTEROOM_API_KEYS=" + key}
+	a, b := start(t, env), start(t, env)
+	_, ka := getJSON(t, "http://"+a.addr+"/anteroom/.well-known/jwks.json")
+	_, kb := getJSON(t, "http://"+b.addr+"/anteroom/.well-known/jwks.json")
+	assert.Equal(t, ka, kb, "one keyring for every instance")
+
+	resp, err := http.Post("http://"+a.addr+"/anteroom/api/join", "application/json", nil)
+	require.NoError(t, err)
+	var v map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+	resp.Body.Close()
+	adm, _ := v["admission"].(string)
+	require.NotEmpty(t, adm)
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	start := make(chan struct{})
+	for i := range 100 {
+		addr := a.addr
+		if i%2 == 1 {
+			addr = b.addr
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/anteroom/api/redeem", strings.NewReader(`{"token":"`+adm+`"}`))
+			if !assert.NoError(t, err) {
+				return
+			}
+			req.Header.Set("X-Anteroom-Key", key)
+			resp, err := http.DefaultClient.Do(req)
+			if !assert.NoError(t, err) {
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			statuses[resp.StatusCode]++
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	assert.Equal(t, map[int]int{http.StatusOK: 1, http.StatusConflict: 99}, statuses)
 }
