@@ -45,7 +45,7 @@ func TestAdmissionTokenConfig(t *testing.T) {
 		assert.ErrorContains(t, err, want, env)
 	}
 	for doc, want := range map[string]string{
-		"gates:\n  d:\n    admission_token: 5m\n":              "gates.d.admission_token",
+		"gates:\n  d:\n    admission_token: 5m\n":             "gates.d.admission_token",
 		"gates:\n  d:\n    admission_token:\n      tll: 5m\n": `unknown key "gates.d.admission_token.tll"`,
 	} {
 		_, err := ParseConfig([]byte(doc))
