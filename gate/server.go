@@ -102,7 +102,11 @@ type Options struct {
 	// session's requests can be followed without its id or token appearing.
 	// Default: a random key per Server.
 	AccessLogKey []byte
-	Logger       *slog.Logger
+	// Admissions, when set, issues admission tokens in SessionView.admission
+	// at the gates it has a TTL for, and serves {base}/.well-known/jwks.json
+	// and POST {base}/api/redeem (admission.go).
+	Admissions *Admissions
+	Logger     *slog.Logger
 }
 
 // Server is the sidecar's http.Handler.
@@ -191,6 +195,7 @@ func New(opts Options) (*Server, error) {
 	e.Match(getHead, b+"/", s.waitingPage)
 	e.Match(getHead, b, s.waitingPage)
 
+	s.admissionRoutes(e)
 	if err := s.adminRoutes(e); err != nil {
 		return nil, err
 	}
@@ -433,6 +438,7 @@ func (s *Server) join(c echo.Context) error {
 	if view.Status == session.StatusWaiting {
 		s.setRetryAfter(c, view)
 	}
+	s.withAdmission(r.Context(), &view)
 	return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
 }
 
@@ -533,6 +539,7 @@ func (s *Server) status(c echo.Context) error {
 	if view.Status == session.StatusWaiting {
 		s.setRetryAfter(c, view)
 	}
+	s.withAdmission(r.Context(), &view)
 	if claims.Renew { // sliding expiry, key rotation, first-format tokens
 		tok, err := s.opts.Signer.Sign(claims.ID)
 		if err != nil {

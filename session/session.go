@@ -292,6 +292,10 @@ type SessionView struct {
 	// ClaimDeadline is set while the session was promoted and has not
 	// claimed its slot yet (see GateConfig.ClaimTimeout).
 	ClaimDeadline *time.Time `json:"claimDeadline,omitempty"`
+	// Admission is the session's admission token (a JWT, see gate/token),
+	// set by the sidecar on join and status answers once the session is
+	// active and has claimed its slot, at gates with admission tokens.
+	Admission string `json:"admission,omitempty"`
 }
 
 // String renders the view for logs.

@@ -32,7 +32,9 @@
  *   on(event, fn), estimatePlace(globalView, position)}
  *   state: "joining" | "waiting" | "active" | "left"; view: the last SessionView;
  *   place: the place shown while waiting.
- *   on("waiting"|"update"|"active"|"left", fn(view)) returns an unsubscribe function.
+ *   on("waiting"|"update"|"active"|"admission"|"left", fn(view)) returns an unsubscribe function.
+ *   view.admission: the admission token (a JWT) at gates with admission tokens, once
+ *   let in; "admission" fires when it arrives after "active" (a promotion).
  *   The same events are dispatched on document as CustomEvent "anteroom:<event>".
  * DOM: #anteroom-overlay (overlay root; or the target gets class anteroom-waiting),
  *   #anteroom-card, #anteroom-title, #anteroom-place (role=status), #anteroom-progress,
@@ -168,6 +170,10 @@
   // A full SessionView (join, status, or a "session" message).
   function onView(v) {
     if (v.token) token = v.token;
+    if (state === 'active' && view && v.admission && v.admission !== view.admission) {
+      view.admission = v.admission; // claimed after a promotion: the status carries it
+      emit('admission', view);
+    }
     if (state === 'left' || state === 'active') return;
     if (v.status === 'active') return admit(v);
     view = Object.assign({}, view, v);
@@ -192,7 +198,8 @@
     stopPoll();
     // Promoted, not yet claimed: a request naming the session claims it (the
     // open socket did already, if there is one).
-    if (v.claimDeadline) status(false);
+    // A promotion notice carries no admission token: the status does.
+    if (v.claimDeadline || (v.type === 'session' && !v.admission)) status(false);
     emit('active', view);
     const nav = navigate(wasWaiting);
     // The socket stays open while admitted (unless the page goes): its

@@ -69,6 +69,14 @@ type GateConfig struct {
 	NewUsersPerMinute int64 `yaml:"new_users_per_minute"`
 	// Events are the gate's scheduled events (config_events.go).
 	Events []EventConfig `yaml:"events"`
+	// AdmissionToken turns on admission tokens (JWT, EdDSA) for the gate.
+	AdmissionToken AdmissionTokenConfig `yaml:"admission_token"`
+}
+
+// AdmissionTokenConfig is a gate's admission_token section.
+type AdmissionTokenConfig struct {
+	// TTL is how long an admission token is valid (0: no tokens).
+	TTL Duration `yaml:"ttl"`
 }
 
 // RateLimitConfig bounds the client API per client IP.
@@ -133,6 +141,22 @@ const (
 	defaultMaxSockets          = 10000
 	defaultMaxSocketsPerClient = 100
 )
+
+// maxAdmissionTTL bounds gates.<name>.admission_token.ttl
+// (token.MaxAdmissionTTL).
+const maxAdmissionTTL = 24 * time.Hour
+
+// AdmissionTTLs returns the admission token lifetime of each gate that
+// issues them.
+func (c Config) AdmissionTTLs() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for name, g := range c.Gates {
+		if g.AdmissionToken.TTL > 0 {
+			out[name] = time.Duration(g.AdmissionToken.TTL)
+		}
+	}
+	return out
+}
 
 // demoReleaseOnDisconnect is release_on_disconnect's default when the
 // demo is served: a closed demo tab frees its slot at once.
@@ -484,6 +508,11 @@ var settings = []setting{
 	}},
 	{key: "gates.<name>.events", env: "ANTEROOM_GATES_<NAME>_EVENTS", want: "list of events", applyGate: func(g *GateConfig, v string) (err error) {
 		g.Events, err = parseEventsEnv(v)
+		return err
+	}},
+	{key: "gates.<name>.admission_token.ttl", env: "ANTEROOM_GATES_<NAME>_ADMISSION_TOKEN_TTL", want: "duration", applyGate: func(g *GateConfig, v string) error {
+		d, err := parseDuration(v)
+		g.AdmissionToken.TTL = Duration(d)
 		return err
 	}},
 }
@@ -915,6 +944,9 @@ func (c Config) Validate() error {
 		}
 		if _, err := sessionEvents(name, g.Events); err != nil {
 			return err
+		}
+		if d := time.Duration(g.AdmissionToken.TTL); d != 0 && (d < time.Second || d > maxAdmissionTTL) {
+			return bad(key+".admission_token.ttl", "must be 0 (no admission tokens) or from 1s to %v, such as \"5m\"", maxAdmissionTTL)
 		}
 	}
 	return nil

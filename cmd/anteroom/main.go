@@ -262,6 +262,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 			BodyIdleTimeout: timeouts.read,
 		}
 	}
+	if opts.Admissions, err = newAdmissions(ctx, cfg, store, log); err != nil {
+		return err
+	}
 	handler, err := gate.New(opts)
 	if err != nil {
 		return err

@@ -47,6 +47,9 @@ type Options struct {
 	Wrap func(http.Handler) http.Handler
 	// Logger receives everything; default: discarded.
 	Logger *slog.Logger
+	// AdmissionTTL, when not empty, issues admission tokens at these gates
+	// (gate.Options.Admissions, on the sidecar's clock).
+	AdmissionTTL map[string]time.Duration
 }
 
 // Sidecar is a running test sidecar.
@@ -63,6 +66,8 @@ type Sidecar struct {
 	// requests; Server serves it on loopback.
 	Handler http.Handler
 	Server  *httptest.Server
+	// Admissions issues admission tokens; nil without Options.AdmissionTTL.
+	Admissions *gate.Admissions
 }
 
 // Gate returns a gate config with the given limit, active_timeout 5m and
@@ -118,6 +123,16 @@ func StartSidecar(t testing.TB, opts Options) *Sidecar {
 		t.Fatalf("gatetest: token.NewSigner: %v", err)
 	}
 	gopts := gate.Options{BasePath: BasePath, Waitlist: sc.Waitlist, Signer: sc.Signer, Hub: hub, Logger: log}
+	if len(opts.AdmissionTTL) > 0 {
+		aopts := gate.AdmissionsOptions{Store: store, TTL: opts.AdmissionTTL, Logger: log}
+		if sc.Clock != nil {
+			aopts.Now = sc.Clock.Now
+		}
+		if sc.Admissions, err = gate.NewAdmissions(context.Background(), aopts); err != nil {
+			t.Fatalf("gatetest: gate.NewAdmissions: %v", err)
+		}
+		gopts.Admissions = sc.Admissions
+	}
 	if opts.Gate != nil {
 		opts.Gate(&gopts)
 	}

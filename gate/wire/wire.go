@@ -66,17 +66,17 @@ const (
 // does not know, session.CodeInternal among them, is a 500. It never fails.
 func Status(code session.Code) int {
 	switch code {
-	case session.CodeInvalidArgument, CodeInvalidJSON, CodeInvalidPath:
+	case session.CodeInvalidArgument, CodeInvalidJSON, CodeInvalidPath, session.CodeInvalidAdmission:
 		return http.StatusBadRequest
 	case CodeNoSession, CodeAPIKeyRequired, CodeInvalidTicket, CodeAdminTokenRequired:
 		return http.StatusUnauthorized
 	case session.CodeNotActive, CodeCrossOrigin:
 		return http.StatusForbidden
-	case session.CodeUnknownGate, session.CodeNotFound, CodeRouteNotFound, session.CodeEventNotFound:
+	case session.CodeUnknownGate, session.CodeNotFound, CodeRouteNotFound, session.CodeEventNotFound, session.CodeAdmissionNotFound:
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case session.CodeGateExists, session.CodeGateInUse, session.CodeEventExists, session.CodeEventLocked:
+	case session.CodeGateExists, session.CodeGateInUse, session.CodeEventExists, session.CodeEventLocked, session.CodeAlreadyRedeemed:
 		return http.StatusConflict
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge

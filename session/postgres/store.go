@@ -492,6 +492,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		cfg.Name, s.retention.Seconds()); err != nil {
 		s.log.Warn("anteroom: pruning the outbox failed", "gate", cfg.Name, "err", err)
 	}
+	s.pruneAdmissions(ctx, cfg.Name, now, chunk)
 	rep.Duration = time.Since(start)
 	return rep, nil
 }

@@ -97,6 +97,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("GateSettings", func(t *testing.T) { testGateSettings(t, open) })
 	t.Run("RuntimeSettings", func(t *testing.T) { testRuntimeSettings(t, open) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, open) })
+	t.Run("Admissions", func(t *testing.T) { testAdmissions(t, open) })
+	t.Run("AdmissionKeyring", func(t *testing.T) { testAdmissionKeyring(t, open) })
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a

@@ -643,6 +643,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		rep.PurgedActive += step.purgedActive
 		rep.Promoted += step.promoted
 	}
+	s.pruneAdmissions(ctx, cfg.Name, now, chunk)
 	rep.Duration = time.Since(start)
 	return rep, nil
 }

@@ -53,7 +53,7 @@ func (k opKind) String() string {
 	case opSettings:
 		return "settings"
 	case opFunc:
-		return "event"
+		return "func"
 	}
 	return "op"
 }
