@@ -27,6 +27,7 @@ const (
 	opPurge
 	opProbe
 	opSettings
+	opExt // runs op.ext: the outbox, notify (ext.go)
 )
 
 func (k opKind) String() string {
@@ -51,6 +52,8 @@ func (k opKind) String() string {
 		return "probe"
 	case opSettings:
 		return "settings"
+	case opExt:
+		return "ext"
 	}
 	return "op"
 }
@@ -67,9 +70,10 @@ type op struct {
 	ids     []string
 	gates   []string
 	gen     func() ([]byte, error)
-	setting *session.GateConfig // opSettings: what to save; nil deletes
-	updIn   updateStep          // where an update step starts
-	upd     updateStep          // where it ended, and what it did
+	setting *session.GateConfig                   // opSettings: what to save; nil deletes
+	ext     func(s *Store, b *batch, o *op) error // opExt
+	updIn   updateStep                            // where an update step starts
+	upd     updateStep                            // where it ended, and what it did
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
@@ -280,6 +284,9 @@ func (s *Store) attempt(b *batch) (map[string]session.GateState, error) {
 		}
 	}
 	gates, err := s.finish(b)
+	if err == nil {
+		err = s.writeOutbox(b.events)
+	}
 	if err == nil && testHookBeforeCommit != nil {
 		err = testHookBeforeCommit()
 	}
@@ -386,6 +393,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applyProbe()
 	case opSettings:
 		err = s.applySettings(o)
+	case opExt:
+		err = o.ext(s, b, o)
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
