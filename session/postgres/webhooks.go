@@ -28,7 +28,7 @@ const outboxKeep = 24 * time.Hour
 
 const (
 	sqlInsertWebhooks = `INSERT INTO anteroom_webhook_outbox (target, event, gate, dedup, payload, created_at, next_at)
-		SELECT t, e, g, d, p, c, c FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[]) AS u(t, e, g, d, p, c)
+		SELECT t, e, g, d, p, c, 0 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[]) AS u(t, e, g, d, p, c)
 		ON CONFLICT (target, dedup) WHERE dedup IS NOT NULL DO NOTHING`
 	sqlClaimWebhooks = `UPDATE anteroom_webhook_outbox SET lease = $1, lease_until = $2
 		WHERE id IN (SELECT id FROM anteroom_webhook_outbox

@@ -96,6 +96,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("Pacing", func(t *testing.T) { testPacing(t, open) })
 	t.Run("GateSettings", func(t *testing.T) { testGateSettings(t, open) })
 	t.Run("RuntimeSettings", func(t *testing.T) { testRuntimeSettings(t, open) })
+	t.Run("Notify", func(t *testing.T) { testNotify(t, open) }) // suite_webhooks.go
+	t.Run("Outbox", func(t *testing.T) { testOutbox(t, open) }) // suite_webhooks.go
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a

@@ -69,8 +69,9 @@ func (s *Store) insertOutbox(msgs []session.OutboxMessage) (int, error) {
 			if m.Dedup != "" {
 				dedup = m.Dedup
 			}
-			at := m.CreatedAt.UnixNano()
-			args = append(args, m.Target, m.Event, m.Gate, dedup, m.Payload, at, at)
+			// Due at once (next_at 0): created_at is the writer's wall
+			// clock, which a caller's (fake) clock need not follow.
+			args = append(args, m.Target, m.Event, m.Gate, dedup, m.Payload, m.CreatedAt.UnixNano(), int64(0))
 		}
 		k, err := s.wc.direct(q.String(), args...)
 		if err != nil {
