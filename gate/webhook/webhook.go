@@ -246,7 +246,9 @@ func (d *Deliverer) Run(ctx context.Context) {
 // RunOnce claims the due rows (up to Batch), delivers them in parallel and
 // records each outcome. It returns how many rows it claimed.
 func (d *Deliverer) RunOnce(ctx context.Context) int {
-	lease := d.o.Timeout + 30*time.Second
+	// The lease outlasts a delivery (Timeout) and the recording of its
+	// answer; a killed process's rows wait it out.
+	lease := d.o.Timeout + 10*time.Second
 	msgs, err := d.o.Store.ClaimOutbox(ctx, d.o.Now(), lease, d.o.Batch)
 	if err != nil {
 		if ctx.Err() == nil {
