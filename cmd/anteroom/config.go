@@ -72,7 +72,7 @@ type GateConfig struct {
 	// NewUsersPerMinute paces admissions (0: no pacing).
 	NewUsersPerMinute int64 `yaml:"new_users_per_minute"`
 	// NotifyClaimTimeout is the claim window of a called-back (notify)
-	// session. Unset: 15m.
+	// session. Unset (0): session.DefaultNotifyClaimTimeout, 15m.
 	NotifyClaimTimeout Duration `yaml:"notify_claim_timeout"`
 }
 
@@ -775,6 +775,9 @@ func (c *Config) fillDefaults() {
 		n := defaultMaxSocketsPerClient
 		c.Websocket.MaxPerClient = &n
 	}
+	if c.Webhooks == nil {
+		c.Webhooks = []WebhookConfig{}
+	}
 	if len(c.Gates) == 0 {
 		c.Gates = map[string]GateConfig{defaultGate: {}}
 	}
@@ -802,9 +805,6 @@ func (c *Config) fillDefaults() {
 		}
 		if g.Mode == "" {
 			g.Mode = string(session.ModeOpen)
-		}
-		if g.NotifyClaimTimeout == 0 {
-			g.NotifyClaimTimeout = Duration(session.DefaultNotifyClaimTimeout)
 		}
 		c.Gates[name] = g
 	}

@@ -333,3 +333,61 @@ func TestNotifyCallBack(t *testing.T) {
 	})
 	assert.Positive(t, rc.attempts())
 }
+
+// The webhook keys: from the file and from the environment (a JSON list),
+// each bad value refused with its key named; the notify claim window's
+// variable is not mistaken for claim_timeout's (same suffix).
+func TestWebhookConfig(t *testing.T) {
+	good := `[{"url":"https://app.example/hooks","events":["promoted","event.started"],"secret":"0123456789abcdef"}]`
+	cfg, _, err := LoadConfig("", []string{"ANTEROOM_WEBHOOKS=" + good, "ANTEROOM_PUBLIC_URL=https://shop.example.com",
+		"ANTEROOM_GATES_DEFAULT_NOTIFY_CLAIM_TIMEOUT=20m", "ANTEROOM_GATES_DEFAULT_CLAIM_TIMEOUT=30s"})
+	require.NoError(t, err)
+	require.Len(t, cfg.Webhooks, 1)
+	assert.Equal(t, WebhookConfig{URL: "https://app.example/hooks", Events: []string{"promoted", "event.started"}, Secret: "0123456789abcdef"}, cfg.Webhooks[0])
+	assert.Equal(t, "https://shop.example.com", cfg.PublicURL)
+	require.Len(t, cfg.Gates, 1, "no gate named default_notify was made up")
+	gates := cfg.SessionGates()
+	assert.Equal(t, 20*time.Minute, gates[0].NotifyClaimTimeout)
+	assert.Equal(t, 30*time.Second, gates[0].ClaimTimeout)
+
+	path := writeConfig(t, `
+public_url: "https://shop.example.com/"
+webhooks:
+  - url: "http://127.0.0.1:9000/h"
+    events: ["claimed"]
+    secret: "0123456789abcdef"
+gates:
+  default:
+    notify_claim_timeout: "1h"
+`)
+	cfg, _, err = LoadConfig(path, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "http://127.0.0.1:9000/h", cfg.Webhooks[0].URL)
+	assert.Equal(t, time.Hour, cfg.SessionGates()[0].NotifyClaimTimeout)
+
+	for _, tc := range []struct {
+		env, want string
+	}{
+		{`ANTEROOM_WEBHOOKS=[{"url":"ftp://x/","events":["promoted"],"secret":"0123456789abcdef"}]`, "webhooks[0].url"},
+		{`ANTEROOM_WEBHOOKS=[{"url":"file:///etc/passwd","events":["promoted"],"secret":"0123456789abcdef"}]`, "webhooks[0].url"},
+		{`ANTEROOM_WEBHOOKS=[{"url":"https://a/","events":["joined"],"secret":"0123456789abcdef"}]`, "webhooks[0].events"},
+		{`ANTEROOM_WEBHOOKS=[{"url":"https://a/","events":[],"secret":"0123456789abcdef"}]`, "webhooks[0].events"},
+		{`ANTEROOM_WEBHOOKS=[{"url":"https://a/","events":["promoted"],"secret":"short"}]`, "webhooks[0].secret"},
+		{`ANTEROOM_WEBHOOKS=[{"url":"https://a/","events":["promoted"],"secret":"0123456789abcdef","extra":1}]`, "ANTEROOM_WEBHOOKS"},
+		{`ANTEROOM_WEBHOOKS=https://a/`, "ANTEROOM_WEBHOOKS"},
+		{`ANTEROOM_WEBHOOKS=[{"url":"https://a/","events":["promoted"],"secret":"0123456789abcdef"},{"url":"https://a/","events":["claimed"],"secret":"0123456789abcdef"}]`, "webhooks[1].url"},
+		{`ANTEROOM_PUBLIC_URL=shop.example.com`, "public_url"},
+		{`ANTEROOM_PUBLIC_URL=https://shop.example.com/app`, "public_url"},
+		{`ANTEROOM_PUBLIC_URL=javascript:alert(1)`, "public_url"},
+		{`ANTEROOM_GATES_DEFAULT_NOTIFY_CLAIM_TIMEOUT=-1m`, "notify_claim_timeout"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			_, _, err := LoadConfig("", []string{tc.env})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err = ParseConfig([]byte("webhooks:\n  - url: 5\n    evnts: []\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "evnts")
+}
