@@ -391,3 +391,29 @@ func TestSlowReceiverDoesNotBlockJoins(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, c.Pending)
 }
+
+// event.started is enqueued by name (Waitlist.EnqueueWebhook, the hook of
+// scheduled events), once per dedup key, and delivered like any other.
+func TestEventStartedEnqueued(t *testing.T) {
+	rc := &receiver{answer: func(_ int, w http.ResponseWriter) { w.WriteHeader(200) }}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	f := newFixture(t, srv.URL, []string{session.WebhookEventStarted}, nil)
+	ctx := context.Background()
+	data := map[string]any{"event": "launch", "startsAt": "2026-03-01T12:00:00Z"}
+	require.NoError(t, f.wl.EnqueueWebhook(ctx, "default", session.WebhookEventStarted, "launch@default", data))
+	require.NoError(t, f.wl.EnqueueWebhook(ctx, "default", session.WebhookEventStarted, "launch@default", data), "again: deduplicated")
+	assert.ErrorIs(t, f.wl.EnqueueWebhook(ctx, "default", "joined", "", data), session.ErrInvalidArgument)
+	assert.ErrorIs(t, f.wl.EnqueueWebhook(ctx, "nope", session.WebhookEventStarted, "", data), session.ErrUnknownGate)
+	assert.ErrorIs(t, f.wl.EnqueueWebhook(ctx, "default", session.WebhookEventStarted, "", func() {}), session.ErrInvalidArgument)
+	f.promote(t) // not subscribed: no row
+	require.Equal(t, 1, f.d.RunOnce(ctx))
+	assert.Equal(t, 0, f.d.RunOnce(ctx))
+	got := rc.requests()
+	require.Len(t, got, 1)
+	verify(t, got[0])
+	var dl webhook.Delivery
+	require.NoError(t, json.Unmarshal(got[0].body, &dl))
+	assert.Equal(t, "event.started", dl.Event)
+	assert.JSONEq(t, `{"event":"launch","startsAt":"2026-03-01T12:00:00Z"}`, string(dl.Data))
+}
