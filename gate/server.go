@@ -187,6 +187,7 @@ func New(opts Options) (*Server, error) {
 	e.GET(b+"/api/global", s.global, limited...)
 	e.GET(b+"/api/events", s.events, limited...)
 	e.GET(b+"/ws", s.socket, limited[1:]...)
+	s.notifyRoutes(e, b, limited) // notify.go
 	e.Match(getHead, b+"/check", s.check)
 	e.Match(getHead, b+"/anteroom.js", s.snippet)
 	if opts.Metrics != nil {

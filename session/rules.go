@@ -140,8 +140,8 @@ func Promote(cfg GateConfig, waiting Session, now time.Time) Outcome {
 	s.Status = StatusActive
 	s.LastActive = now
 	s.ClaimDeadline = time.Time{}
-	if cfg.ClaimTimeout > 0 {
-		s.ClaimDeadline = now.Add(cfg.ClaimTimeout)
+	if w := ClaimWindow(cfg, waiting); w > 0 {
+		s.ClaimDeadline = now.Add(w)
 	}
 	return Outcome{Action: ActionUpdate, Session: s, Delta: Counters{Active: 1, Waiting: -1}}
 }
@@ -293,19 +293,25 @@ func (s Session) SeenAt() time.Time {
 	return s.LastActive
 }
 
-// StaleReason says whether, and why, update() at now purges s.
+// StaleReason says whether, and why, update() at now purges s. A waiting
+// session with Notify set is never purged for absence (it was told it may
+// leave); promoted with Notify, it is purged only past its claim deadline.
 func StaleReason(cfg GateConfig, s Session, now time.Time) PurgeReason {
 	waitingCutoff, activeCutoff := StaleCutoffs(cfg, now)
 	if s.Status == StatusActive {
 		if !s.ClaimDeadline.IsZero() && now.After(s.ClaimDeadline) {
 			return Unclaimed
 		}
+		if s.Notify && !s.ClaimDeadline.IsZero() {
+			// Called back: its claim window alone decides.
+			return NotStale
+		}
 		if s.SeenAt().Before(activeCutoff) {
 			return Idle
 		}
 		return NotStale
 	}
-	if s.SeenAt().Before(waitingCutoff) {
+	if !s.Notify && s.SeenAt().Before(waitingCutoff) {
 		return Gone
 	}
 	return NotStale

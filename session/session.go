@@ -36,6 +36,11 @@ type Session struct {
 	// purged and its slot passed on. Zero once claimed, and for sessions
 	// admitted at join (the join is their sign of life).
 	ClaimDeadline time.Time
+	// Notify is set by the waiter's backend (Waitlist.SetNotify): the waiter
+	// may leave and is called back (the promoted webhook) when it reaches
+	// the front. A waiting notify session is not purged for absence, and
+	// its claim window is the gate's NotifyClaimTimeout (see ClaimWindow).
+	Notify bool
 }
 
 // GateConfig is what the rules need to know of a gate.
@@ -64,6 +69,10 @@ type GateConfig struct {
 	// many per minute, spread evenly, with a burst of at most one second's
 	// worth (see Pace). Zero: no pacing.
 	NewUsersPerMinute int64
+	// NotifyClaimTimeout is the claim window of a session promoted with
+	// Notify set (it was called back and must come from a mail or a push).
+	// Zero: DefaultNotifyClaimTimeout.
+	NotifyClaimTimeout time.Duration
 }
 
 // String renders the configuration for logs.
@@ -115,6 +124,8 @@ func (c GateConfig) Validate() error {
 		return Errorf(CodeInvalidArgument, "gate %q: waiting_timeout %v: must be positive", c.Name, c.WaitingTimeout)
 	case c.ClaimTimeout < 0:
 		return Errorf(CodeInvalidArgument, "gate %q: claim_timeout %v: must not be negative", c.Name, c.ClaimTimeout)
+	case c.NotifyClaimTimeout < 0:
+		return Errorf(CodeInvalidArgument, "gate %q: notify_claim_timeout %v: must not be negative", c.Name, c.NotifyClaimTimeout)
 	case c.ReleaseOnDisconnect < 0:
 		return Errorf(CodeInvalidArgument, "gate %q: release_on_disconnect %v: must not be negative", c.Name, c.ReleaseOnDisconnect)
 	case !c.Mode.Valid():
@@ -296,6 +307,8 @@ type SessionView struct {
 	// set by the sidecar on join and status answers once the session is
 	// active and has claimed its slot, at gates with admission tokens.
 	Admission string `json:"admission,omitempty"`
+	// Notify is set while the session is to be called back (SetNotify).
+	Notify bool `json:"notify,omitempty"`
 }
 
 // String renders the view for logs.

@@ -137,6 +137,9 @@ type Event struct {
 	// EventDequeued: Gone, Idle or Unclaimed for a purge (StaleReason),
 	// Released for an explicit release. NotStale on other events.
 	Reason PurgeReason
+	// Claimed is set on an EventRefreshed that claimed a promoted slot (the
+	// session's first sign of life after its promotion).
+	Claimed bool
 }
 
 // Commit is what one committed transaction did: the events in the order they

@@ -957,7 +957,7 @@ func (g *gateMemory) currentView(now time.Time) GlobalView {
 }
 
 func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {
-	v := SessionView{GlobalView: g.currentView(now), Session: s.ID, Status: s.Status, Position: s.Position}
+	v := SessionView{GlobalView: g.currentView(now), Session: s.ID, Status: s.Status, Position: s.Position, Notify: s.Notify}
 	switch s.Status {
 	case StatusWaiting:
 		g.mu.RLock()

@@ -26,29 +26,33 @@ import (
 // Config is the sidecar's configuration: YAML (see config.example.yaml),
 // then ANTEROOM_* environment overrides, then defaults for what is unset.
 type Config struct {
-	Listen            string                `yaml:"listen"`
-	BasePath          string                `yaml:"base_path"`
-	Database          string                `yaml:"database"`
-	UpdateInterval    string                `yaml:"update_interval"`
-	Secret            string                `yaml:"secret"`
-	SecretPrevious    string                `yaml:"secret_previous"`
-	TokenTTL          Duration              `yaml:"token_ttl"`
-	Upstream          string                `yaml:"upstream"`
-	Protect           []string              `yaml:"protect"`
-	Bypass            []string              `yaml:"bypass"`
-	UpstreamTimeout   Duration              `yaml:"upstream_timeout"`
-	MaxConnsPerIP     *int                  `yaml:"max_conns_per_ip"`
-	APIKeys           []string              `yaml:"api_keys"`
-	BroadcastInterval Duration              `yaml:"broadcast_interval"`
-	AllowedOrigins    []string              `yaml:"allowed_origins"`
-	Demo              *bool                 `yaml:"demo"`
-	LogLevel          string                `yaml:"log_level"`
-	AdminToken        string                `yaml:"admin_token"`
-	AccessLog         bool                  `yaml:"access_log"`
-	RateLimit         RateLimitConfig       `yaml:"rate_limit"`
-	TrustedProxies    []string              `yaml:"trusted_proxies"`
-	Websocket         WebsocketConfig       `yaml:"websocket"`
-	Gates             map[string]GateConfig `yaml:"gates"`
+	Listen            string          `yaml:"listen"`
+	BasePath          string          `yaml:"base_path"`
+	Database          string          `yaml:"database"`
+	UpdateInterval    string          `yaml:"update_interval"`
+	Secret            string          `yaml:"secret"`
+	SecretPrevious    string          `yaml:"secret_previous"`
+	TokenTTL          Duration        `yaml:"token_ttl"`
+	Upstream          string          `yaml:"upstream"`
+	Protect           []string        `yaml:"protect"`
+	Bypass            []string        `yaml:"bypass"`
+	UpstreamTimeout   Duration        `yaml:"upstream_timeout"`
+	MaxConnsPerIP     *int            `yaml:"max_conns_per_ip"`
+	APIKeys           []string        `yaml:"api_keys"`
+	BroadcastInterval Duration        `yaml:"broadcast_interval"`
+	AllowedOrigins    []string        `yaml:"allowed_origins"`
+	Demo              *bool           `yaml:"demo"`
+	LogLevel          string          `yaml:"log_level"`
+	AdminToken        string          `yaml:"admin_token"`
+	AccessLog         bool            `yaml:"access_log"`
+	RateLimit         RateLimitConfig `yaml:"rate_limit"`
+	TrustedProxies    []string        `yaml:"trusted_proxies"`
+	Websocket         WebsocketConfig `yaml:"websocket"`
+	// PublicURL is the origin visitors reach the sidecar at (claim links).
+	PublicURL string `yaml:"public_url"`
+	// Webhooks are the endpoints of the webhook outbox (webhooks.go).
+	Webhooks []WebhookConfig       `yaml:"webhooks"`
+	Gates    map[string]GateConfig `yaml:"gates"`
 }
 
 // GateConfig is one gate's section of the configuration.
@@ -67,6 +71,9 @@ type GateConfig struct {
 	Mode string `yaml:"mode"`
 	// NewUsersPerMinute paces admissions (0: no pacing).
 	NewUsersPerMinute int64 `yaml:"new_users_per_minute"`
+	// NotifyClaimTimeout is the claim window of a called-back (notify)
+	// session. Unset (0): session.DefaultNotifyClaimTimeout, 15m.
+	NotifyClaimTimeout Duration `yaml:"notify_claim_timeout"`
 	// Events are the gate's scheduled events (config_events.go).
 	Events []EventConfig `yaml:"events"`
 	// AdmissionToken turns on admission tokens (JWT, EdDSA) for the gate.
@@ -466,6 +473,11 @@ var settings = []setting{
 		c.AccessLog, err = parseBool(v)
 		return err
 	}},
+	{key: "public_url", env: "ANTEROOM_PUBLIC_URL", want: "URL", apply: func(c *Config, v string) error { c.PublicURL = strings.TrimSpace(v); return nil }},
+	{key: "webhooks", env: "ANTEROOM_WEBHOOKS", want: "JSON list of {url, events, secret}", apply: func(c *Config, v string) (err error) {
+		c.Webhooks, err = parseWebhooksEnv(v)
+		return err
+	}},
 	{key: "gates.<name>.active_limit", env: "ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT", want: "whole number", applyGate: func(g *GateConfig, v string) error {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
@@ -482,6 +494,13 @@ var settings = []setting{
 	{key: "gates.<name>.waiting_timeout", env: "ANTEROOM_GATES_<NAME>_WAITING_TIMEOUT", want: "duration", applyGate: func(g *GateConfig, v string) error {
 		d, err := parseDuration(v)
 		g.WaitingTimeout = Duration(d)
+		return err
+	}},
+	// Before claim_timeout: its variable ends the same way, and the first
+	// suffix that matches names the field.
+	{key: "gates.<name>.notify_claim_timeout", env: "ANTEROOM_GATES_<NAME>_NOTIFY_CLAIM_TIMEOUT", want: "duration", applyGate: func(g *GateConfig, v string) error {
+		d, err := parseDuration(v)
+		g.NotifyClaimTimeout = Duration(d)
 		return err
 	}},
 	{key: "gates.<name>.claim_timeout", env: "ANTEROOM_GATES_<NAME>_CLAIM_TIMEOUT", want: "duration", applyGate: func(g *GateConfig, v string) error {
@@ -791,6 +810,9 @@ func (c *Config) fillDefaults() {
 		n := defaultMaxSocketsPerClient
 		c.Websocket.MaxPerClient = &n
 	}
+	if c.Webhooks == nil {
+		c.Webhooks = []WebhookConfig{}
+	}
 	if len(c.Gates) == 0 {
 		c.Gates = map[string]GateConfig{defaultGate: {}}
 	}
@@ -905,6 +927,15 @@ func (c Config) Validate() error {
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return bad("log_level", "%v", err)
 	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			return bad("public_url", "%q must be an origin such as \"https://shop.example.com\" (no path)", c.PublicURL)
+		}
+	}
+	if err := validateWebhooks(c.Webhooks); err != nil {
+		return err
+	}
 	if len(c.Gates) == 0 {
 		return bad("gates", "configure at least one gate")
 	}
@@ -947,6 +978,9 @@ func (c Config) Validate() error {
 		}
 		if d := time.Duration(g.AdmissionToken.TTL); d != 0 && (d < time.Second || d > maxAdmissionTTL) {
 			return bad(key+".admission_token.ttl", "must be 0 (no admission tokens) or from 1s to %v, such as \"5m\"", maxAdmissionTTL)
+		}
+		if g.NotifyClaimTimeout < 0 {
+			return bad(key+".notify_claim_timeout", "must be a positive duration such as \"15m\"")
 		}
 	}
 	return nil
@@ -991,12 +1025,13 @@ func (c Config) SessionGates() []session.GateConfig {
 	for _, name := range sortedKeys(c.Gates) {
 		g := c.Gates[name]
 		out = append(out, session.GateConfig{
-			Name:              name,
-			ActiveLimit:       *g.ActiveLimit,
-			ActiveTimeout:     time.Duration(g.ActiveTimeout),
-			WaitingTimeout:    time.Duration(g.WaitingTimeout),
-			Mode:              session.Mode(g.Mode),
-			NewUsersPerMinute: g.NewUsersPerMinute,
+			Name:               name,
+			ActiveLimit:        *g.ActiveLimit,
+			ActiveTimeout:      time.Duration(g.ActiveTimeout),
+			WaitingTimeout:     time.Duration(g.WaitingTimeout),
+			Mode:               session.Mode(g.Mode),
+			NewUsersPerMinute:  g.NewUsersPerMinute,
+			NotifyClaimTimeout: time.Duration(g.NotifyClaimTimeout),
 		})
 		if g.ClaimTimeout != nil {
 			out[len(out)-1].ClaimTimeout = time.Duration(*g.ClaimTimeout)

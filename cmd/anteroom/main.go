@@ -196,10 +196,15 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		return fmt.Errorf("config: secret: %w", err)
 	}
 
+	deliveries, err := startWebhooks(ctx, cfg, store, signer, met, log)
+	if err != nil {
+		return err
+	}
+	defer deliveries.close()
 	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{
 		Publisher:      hub,
 		Logger:         log,
-		Observer:       met.ObserveCommit,
+		Observer:       deliveries.observer(met.ObserveCommit),
 		UpdateObserver: met.ObserveUpdate,
 		Ready:          storeReady,
 		Events:         cfg.SessionEvents(),

@@ -60,6 +60,9 @@ const (
 	// CodeAdminTokenRequired: an admin API request without the admin token
 	// (Authorization: Bearer <admin_token>) or with a wrong one.
 	CodeAdminTokenRequired session.Code = "admin_token_required"
+	// CodeAlreadyClaimed: a claim link whose slot was claimed already, or
+	// is no longer waiting to be claimed (409).
+	CodeAlreadyClaimed session.Code = "already_claimed"
 )
 
 // Status is the one place where error codes become HTTP statuses. A code it
@@ -76,7 +79,7 @@ func Status(code session.Code) int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case session.CodeGateExists, session.CodeGateInUse, session.CodeEventExists, session.CodeEventLocked, session.CodeAlreadyRedeemed:
+	case session.CodeGateExists, session.CodeGateInUse, session.CodeEventExists, session.CodeEventLocked, session.CodeAlreadyRedeemed, CodeAlreadyClaimed:
 		return http.StatusConflict
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge

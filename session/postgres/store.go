@@ -108,6 +108,7 @@ type Store struct {
 	reconnect time.Duration
 
 	listener atomic.Pointer[func(session.Commit)]
+	outbox   atomic.Pointer[session.OutboxRouting] // webhook routing (webhooks.go)
 
 	// deliverMu serialises the calls of the commit listener; applied is
 	// the seq of the last commit of each gate applied to it, for the gates

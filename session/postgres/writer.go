@@ -24,11 +24,12 @@ const (
 	opUpdate
 	opLoad
 	opPurge
-	opFunc // fn runs in the transaction (events.go)
+	opFunc   // fn runs in the transaction (events.go)
+	opNotify // outbox.go
 )
 
 func (k opKind) String() string {
-	return [...]string{"op", "join", "leave", "release", "touch", "update", "load", "purge", "event"}[k]
+	return [...]string{"op", "join", "leave", "release", "touch", "update", "load", "purge", "func", "notify"}[k]
 }
 
 // op is one operation queued for the writer, with its answer.
@@ -41,6 +42,7 @@ type op struct {
 	touches []session.Touch
 	ids     []string
 	gates   []string
+	notify  bool // opNotify
 	updIn   updateStep
 	upd     updateStep
 	fn      func(ctx context.Context, b *batch) error // opFunc
@@ -67,7 +69,7 @@ const (
 )
 
 const (
-	sqlCols       = `gate, position, id, status, last_active, created_at, claim_deadline`
+	sqlCols       = `gate, position, id, status, last_active, created_at, claim_deadline, notify`
 	sqlSelectOne  = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND id = $2`
 	sqlSelectGate = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 ORDER BY position`
 	sqlSelectKeys = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE (gate, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
@@ -78,9 +80,9 @@ const (
 	sqlEnsure     = `INSERT INTO anteroom_gates (name) SELECT n FROM unnest($1::text[]) AS n ORDER BY n ON CONFLICT (name) DO NOTHING`
 	sqlLock       = `SELECT name, next_position, active, waiting, seq FROM anteroom_gates WHERE name = ANY($1) ORDER BY name FOR UPDATE`
 	sqlDelete     = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`
-	sqlUpsert     = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at, claim_deadline)
-		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[])
-		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active, claim_deadline = EXCLUDED.claim_deadline`
+	sqlUpsert     = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify)
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[])
+		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active, claim_deadline = EXCLUDED.claim_deadline, notify = EXCLUDED.notify`
 	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5 WHERE name = $1`
 	sqlOutbox   = `INSERT INTO anteroom_commits (gate, seq, payload) VALUES ($1, $2, $3)`
 	sqlNotify   = `SELECT pg_notify('` + channel + `', $1)`
@@ -90,10 +92,10 @@ const (
 	// deadline at $4. A row without last_active is last seen at its
 	// creation.
 	sqlPurgeWaiting = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (
-		SELECT gate, position FROM anteroom_sessions WHERE gate = $1 AND status = 0 AND coalesce(last_active, created_at) < $2 ORDER BY position LIMIT $3)
+		SELECT gate, position FROM anteroom_sessions WHERE gate = $1 AND status = 0 AND NOT notify AND coalesce(last_active, created_at) < $2 ORDER BY position LIMIT $3)
 		RETURNING ` + sqlCols
 	sqlPurgeActive = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (
-		SELECT gate, position FROM anteroom_sessions WHERE gate = $1 AND status = 1 AND (coalesce(last_active, created_at) < $2 OR claim_deadline < $4) ORDER BY position LIMIT $3)
+		SELECT gate, position FROM anteroom_sessions WHERE gate = $1 AND status = 1 AND ((coalesce(last_active, created_at) < $2 AND NOT (notify AND claim_deadline IS NOT NULL)) OR claim_deadline < $4) ORDER BY position LIMIT $3)
 		RETURNING ` + sqlCols
 )
 
@@ -104,7 +106,7 @@ func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, erro
 		var status int16
 		var la, claim *int64
 		var created int64
-		if err := rows.Scan(&s.Gate, &s.Position, &s.ID, &status, &la, &created, &claim); err != nil {
+		if err := rows.Scan(&s.Gate, &s.Position, &s.ID, &status, &la, &created, &claim, &s.Notify); err != nil {
 			return out, err
 		}
 		s.Status = session.StatusWaiting
@@ -251,7 +253,7 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 			names[o.cfg.Name] = true
 		}
 		switch o.kind {
-		case opJoin, opLeave, opRelease:
+		case opJoin, opLeave, opRelease, opNotify:
 			keys = append(keys, key{o.cfg.Name, o.id})
 		case opTouch:
 			for _, t := range o.touches {
@@ -314,6 +316,9 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 	}
 	lc.commit, lc.seqs, err = s.finish(ctx, b)
 	if err != nil {
+		return lc, err
+	}
+	if err := s.writeOutbox(ctx, tx, b.events); err != nil {
 		return lc, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -408,6 +413,7 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 	var ust []int16
 	var ula, ucd []*int64
 	var uc []int64
+	var un []bool
 	for _, e := range b.rows {
 		if !e.dirty {
 			continue
@@ -433,6 +439,7 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 				cd = &v
 			}
 			ula, uc, ucd = append(ula, la), append(uc, e.s.CreatedAt.UnixNano()), append(ucd, cd)
+			un = append(un, e.s.Notify)
 		}
 	}
 	if len(dg) > 0 {
@@ -441,7 +448,7 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 		}
 	}
 	if len(ug) > 0 {
-		if _, err := b.tx.Exec(ctx, sqlUpsert, ug, up, uid, ust, ula, uc, ucd); err != nil {
+		if _, err := b.tx.Exec(ctx, sqlUpsert, ug, up, uid, ust, ula, uc, ucd, un); err != nil {
 			return fmt.Errorf("write sessions: %w", err)
 		}
 	}
@@ -601,7 +608,7 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		case out.Session.Status == session.StatusActive && out.Action == session.ActionInsert:
 			b.event(g, session.EventActivated, out.Session)
 		case out.Session.Status == session.StatusActive && out.Action == session.ActionUpdate:
-			b.event(g, session.EventRefreshed, out.Session)
+			b.claimEvent(g, out.Session, !existing.ClaimDeadline.IsZero())
 		case out.Action == session.ActionInsert:
 			b.event(g, session.EventQueued, out.Session)
 		}
@@ -652,6 +659,8 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		return s.applyPurge(ctx, b, o)
 	case opFunc:
 		return o.fn(ctx, b)
+	case opNotify:
+		return s.applyNotify(ctx, b, o)
 	default:
 		return fmt.Errorf("unknown op %d", o.kind)
 	}
@@ -747,7 +756,7 @@ func (s *Store) applyTouch(ctx context.Context, b *batch, o *op) error {
 		out := session.DecideTouch(&before, t)
 		b.write(g, e, out)
 		if out.Action == session.ActionUpdate && !before.ClaimDeadline.Equal(out.Session.ClaimDeadline) {
-			b.event(g, session.EventRefreshed, out.Session)
+			b.claimEvent(g, out.Session, true)
 			report = true
 		}
 	}

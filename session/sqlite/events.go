@@ -283,7 +283,7 @@ func (s *Store) moveSessions(b *batch, e *gateEntry, waiters []session.Session, 
 		moved = append(moved, w)
 	}
 	for _, w := range moved {
-		if _, err := s.wc.exec(s.wc.insertRow, e.name, w.Position, w.ID, statusValue(w.Status), nullNanos(w.LastActive), w.CreatedAt.UnixNano(), nullNanos(w.ClaimDeadline)); err != nil {
+		if _, err := s.wc.exec(s.wc.insertRow, e.name, w.Position, w.ID, statusValue(w.Status), nullNanos(w.LastActive), w.CreatedAt.UnixNano(), nullNanos(w.ClaimDeadline), boolValue(w.Notify)); err != nil {
 			return fmt.Errorf("move session: %w", err)
 		}
 		_, sl, _ := s.idx.lookup(e.name, w.ID)

@@ -116,13 +116,13 @@ func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 	if !ok {
 		return nil, sl, nil
 	}
-	var dest [4]driver.Value
+	var dest [5]driver.Value
 	found, err := s.wc.queryRow(s.wc.selectRow, dest[:], gate, pos, id)
 	if err != nil {
 		return nil, sl, fmt.Errorf("read session: %w", err)
 	}
 	if found {
-		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2]), claim: asNullInt(dest[3])}
+		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2]), claim: asNullInt(dest[3]), notify: asInt(dest[4]) != 0}
 		sess := r.session(gate)
 		return &sess, sl, nil
 	}
@@ -147,12 +147,12 @@ func (s *Store) write(e *gateEntry, out session.Outcome, sl slot) error {
 	case session.ActionNone:
 		return nil
 	case session.ActionInsert:
-		_, err = s.wc.exec(s.wc.insertRow, e.name, r.Position, r.ID, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano(), nullNanos(r.ClaimDeadline))
+		_, err = s.wc.exec(s.wc.insertRow, e.name, r.Position, r.ID, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano(), nullNanos(r.ClaimDeadline), boolValue(r.Notify))
 		if err == nil {
 			s.idx.put(e.name, r.ID, sl, r.Position)
 		}
 	case session.ActionUpdate:
-		_, err = s.wc.exec(s.wc.updateRow, statusValue(r.Status), nullNanos(r.LastActive), nullNanos(r.ClaimDeadline), e.name, r.Position)
+		_, err = s.wc.exec(s.wc.updateRow, statusValue(r.Status), nullNanos(r.LastActive), nullNanos(r.ClaimDeadline), boolValue(r.Notify), e.name, r.Position)
 	case session.ActionDelete:
 		_, err = s.wc.exec(s.wc.deleteRow, e.name, r.Position)
 		if err == nil {
@@ -210,7 +210,7 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	case out.Session.Status == session.StatusActive && out.Action == session.ActionInsert:
 		b.event(session.EventActivated, out.Session)
 	case out.Session.Status == session.StatusActive && out.Action == session.ActionUpdate:
-		b.event(session.EventRefreshed, out.Session)
+		b.events = append(b.events, session.Event{Kind: session.EventRefreshed, Session: out.Session, Claimed: !existing.ClaimDeadline.IsZero()})
 	case out.Action == session.ActionInsert:
 		b.event(session.EventQueued, out.Session)
 	}
@@ -318,7 +318,7 @@ func (s *Store) applyTouch(b *batch, o *op) error {
 			return err
 		}
 		if out.Action == session.ActionUpdate && existing.ClaimDeadline != out.Session.ClaimDeadline {
-			b.event(session.EventRefreshed, out.Session)
+			b.events = append(b.events, session.Event{Kind: session.EventRefreshed, Session: out.Session, Claimed: true})
 		}
 	}
 	// A touch moves no counter and no bound: the gate's state is not reported.

@@ -175,7 +175,8 @@ type Store struct {
 	r      readerStmts
 
 	listener atomic.Pointer[func(session.Commit)]
-	onCommit func(ops int, d time.Duration) // Options.OnCommit
+	onCommit func(ops int, d time.Duration)        // Options.OnCommit
+	outbox   atomic.Pointer[session.OutboxRouting] // webhook routing (outbox.go)
 
 	mu         sync.RWMutex // held shared by senders, exclusively by Close
 	closed     atomic.Bool
@@ -747,7 +748,7 @@ func (s *Store) Rows(ctx context.Context, gate string) ([]session.Session, error
 	var out []session.Session
 	for rows.Next() {
 		var r rawRow
-		if err := rows.Scan(&r.id, &r.position, &r.status, &r.lastActive, &r.createdAt, &r.claim); err != nil {
+		if err := rows.Scan(&r.id, &r.position, &r.status, &r.lastActive, &r.createdAt, &r.claim, &r.notify); err != nil {
 			return nil, s.readErr("rows", err)
 		}
 		out = append(out, r.session(gate))

@@ -284,6 +284,9 @@ func (s *Store) attempt(b *batch) (map[string]session.GateState, error) {
 		}
 	}
 	gates, err := s.finish(b)
+	if err == nil {
+		err = s.writeOutbox(b.events)
+	}
 	if err == nil && testHookBeforeCommit != nil {
 		err = testHookBeforeCommit()
 	}

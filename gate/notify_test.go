@@ -1,0 +1,200 @@
+package gate_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/gatetest"
+	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/session"
+)
+
+const notifyKey = "notify-test-api-key-0123"
+
+func notifySidecar(t *testing.T) *gatetest.Sidecar {
+	cfg := gatetest.Gate("default", 1)
+	cfg.ClaimTimeout = time.Minute
+	cfg.NotifyClaimTimeout = 15 * time.Minute
+	return gatetest.StartSidecar(t, gatetest.Options{
+		Gates: []session.GateConfig{cfg, gatetest.Gate("other", 1)},
+		Gate:  func(o *gate.Options) { o.APIKeys = []string{notifyKey} },
+	})
+}
+
+func send(t *testing.T, c *http.Client, method, url, body string, header ...string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// POST /api/notify is for backends holding an API key; every malformed
+// call is refused and changes nothing.
+func TestNotifyEndpoint(t *testing.T) {
+	sc := notifySidecar(t)
+	ctx := context.Background()
+	_, err := sc.Waitlist.Join(ctx, "default", "in")
+	require.NoError(t, err)
+	_, err = sc.Waitlist.Join(ctx, "default", "w")
+	require.NoError(t, err)
+	url := sc.URL + gatetest.BasePath + "/api/notify"
+	key := []string{"X-Anteroom-Key", notifyKey}
+	for _, tc := range []struct {
+		name, body string
+		header     []string
+		status     int
+		code       string
+	}{
+		{"no key", `{"sessionId":"w","notify":true}`, nil, 401, "api_key_required"},
+		{"wrong key", `{"sessionId":"w","notify":true}`, []string{"X-Anteroom-Key", "not-the-key-at-all"}, 401, "api_key_required"},
+		{"a session token is no key", `{"sessionId":"w","notify":true}`, []string{"Authorization", "Bearer " + sc.Token(t, "w")}, 401, "api_key_required"},
+		{"no notify", `{"sessionId":"w"}`, key, 400, "invalid_argument"},
+		{"no session", `{"notify":true}`, key, 400, "invalid_argument"},
+		{"notify not a bool", `{"sessionId":"w","notify":"yes"}`, key, 400, "invalid_json"},
+		{"unknown field", `{"sessionId":"w","notify":true,"admin":true}`, key, 400, "invalid_json"},
+		{"two objects", `{"sessionId":"w","notify":true}{}`, key, 400, "invalid_json"},
+		{"bad id", `{"sessionId":"a b","notify":true}`, key, 400, "invalid_argument"},
+		{"token as id", `{"sessionId":"w.1.x","notify":true}`, key, 400, "invalid_argument"},
+		{"unknown gate", `{"sessionId":"w","notify":true,"gate":"nope"}`, key, 404, "unknown_gate"},
+		{"unknown session", `{"sessionId":"ghost","notify":true}`, key, 404, "session_not_found"},
+		{"other gate's session", `{"sessionId":"w","notify":true,"gate":"other"}`, key, 404, "session_not_found"},
+		{"too large", `{"sessionId":"w","notify":true,"gate":"` + strings.Repeat("x", 8<<10) + `"}`, key, 413, "body_too_large"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body, _ := send(t, http.DefaultClient, "POST", url, tc.body, tc.header...)
+			assert.Equal(t, tc.status, status, body)
+			assert.Contains(t, body, `"code":"`+tc.code+`"`)
+			s, err := sc.Store.Get(ctx, "default", "w")
+			require.NoError(t, err)
+			assert.False(t, s.Notify, "unchanged")
+		})
+	}
+	status, body, _ := send(t, http.DefaultClient, "POST", url, `{"sessionId":"w","notify":true}`, key...)
+	require.Equal(t, 200, status, body)
+	assert.Contains(t, body, `"notify":true`)
+	assert.Contains(t, body, `"status":"waiting"`)
+	s, err := sc.Store.Get(ctx, "default", "w")
+	require.NoError(t, err)
+	assert.True(t, s.Notify)
+	status, body, _ = send(t, http.DefaultClient, "POST", url, `{"sessionId":"w","notify":false}`, key...)
+	require.Equal(t, 200, status, body)
+	assert.NotContains(t, body, `"notify"`)
+}
+
+// The claim link: only a claim ticket of that session and gate, unexpired,
+// while its slot waits to be claimed; the first of many concurrent visits
+// wins; the redirect stays on this origin.
+func TestClaimLink(t *testing.T) {
+	sc := notifySidecar(t)
+	ctx := context.Background()
+	for _, id := range []string{"in", "b", "c"} {
+		_, err := sc.Waitlist.Join(ctx, "default", id)
+		require.NoError(t, err)
+	}
+	_, err := sc.Waitlist.SetNotify(ctx, "default", "b", true)
+	require.NoError(t, err)
+	link := func(gateName, id string) string {
+		u, err := gate.BuildClaimURL(sc.Signer, sc.URL, gatetest.BasePath, gateName, id, time.Now().Add(time.Minute))
+		require.NoError(t, err)
+		return u
+	}
+	claim := sc.URL + gatetest.BasePath + "/claim"
+
+	// Before the promotion: nothing to claim.
+	status, body, _ := send(t, noRedirects, "GET", link("default", "b"), "")
+	assert.Equal(t, 409, status, body)
+	assert.Contains(t, body, "already_claimed")
+
+	require.NoError(t, sc.Waitlist.Release(ctx, "default", "in"))
+	v, err := sc.Waitlist.Status(ctx, "default", "c")
+	require.NoError(t, err)
+	require.Equal(t, session.StatusWaiting, v.Status)
+	s, err := sc.Store.Get(ctx, "default", "b")
+	require.NoError(t, err)
+	require.Equal(t, session.StatusActive, s.Status)
+	assert.Equal(t, sc.Clock.Now().Add(15*time.Minute), s.ClaimDeadline, "the notify claim window")
+
+	wsTicket, err := sc.Signer.Ticket(token.PurposeWS, "default", "b")
+	require.NoError(t, err)
+	past, err := token.NewSignerWithOptions([]byte(strings.Repeat("s", token.MinSecretLength)), token.Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+	require.NoError(t, err)
+	expired, err := past.ClaimTicket("default", "b", time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	other, err := token.NewSigner([]byte(strings.Repeat("o", token.MinSecretLength)))
+	require.NoError(t, err)
+	foreign, err := other.ClaimTicket("default", "b", time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, url string
+		status    int
+	}{
+		{"no ticket", claim + "?gate=default", 401},
+		{"a websocket ticket", claim + "?gate=default&ticket=" + wsTicket, 401},
+		{"the session token", claim + "?gate=default&ticket=" + sc.Token(t, "b"), 401},
+		{"another gate", strings.Replace(link("default", "b"), "gate=default", "gate=other", 1), 401},
+		{"unknown gate", strings.Replace(link("default", "b"), "gate=default", "gate=nope", 1), 404},
+		{"expired", claim + "?gate=default&ticket=" + expired, 401},
+		{"another key", claim + "?gate=default&ticket=" + foreign, 401},
+		{"tampered id", strings.Replace(link("default", "b"), ".b.", ".c.", 1), 401},
+		{"someone else's waiting session", link("default", "c"), 409},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body, hdr := send(t, noRedirects, "GET", tc.url, "")
+			assert.Equal(t, tc.status, status, body)
+			assert.Empty(t, hdr.Values("Set-Cookie"))
+			assert.Error(t, sc.Waitlist.ClaimLink(ctx, "default", "c"), "nothing claimed by the way")
+		})
+	}
+	st, err := sc.Store.Get(ctx, "default", "b")
+	require.NoError(t, err)
+	require.False(t, st.ClaimDeadline.IsZero(), "still unclaimed")
+	status, _, _ = send(t, noRedirects, "HEAD", link("default", "b"), "")
+	assert.Equal(t, 405, status, "a HEAD does not claim")
+
+	// Many visits at once: one wins.
+	u := link("default", "b") + "&next=//evil.example/x"
+	var wins, conflicts atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, _, hdr := send(t, noRedirects, "GET", u, "")
+			switch status {
+			case http.StatusSeeOther:
+				wins.Add(1)
+				assert.Equal(t, "/", hdr.Get("Location"), "no open redirect")
+				assert.Contains(t, hdr.Get("Set-Cookie"), "anteroom_session=")
+				assert.Contains(t, hdr.Get("Set-Cookie"), "HttpOnly")
+			case http.StatusConflict:
+				conflicts.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), wins.Load())
+	assert.Equal(t, int32(19), conflicts.Load())
+	st, err = sc.Store.Get(ctx, "default", "b")
+	require.NoError(t, err)
+	assert.True(t, st.ClaimDeadline.IsZero(), "claimed in the store at once")
+	require.NoError(t, sc.Waitlist.ValidateSessionIsActive("default", "b"))
+}
