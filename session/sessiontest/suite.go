@@ -99,8 +99,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("Events", func(t *testing.T) { testEvents(t, open) })
 	t.Run("Admissions", func(t *testing.T) { testAdmissions(t, open) })
 	t.Run("AdmissionKeyring", func(t *testing.T) { testAdmissionKeyring(t, open) })
-	t.Run("Notify", func(t *testing.T) { testNotify(t, open) }) // suite_webhooks.go
-	t.Run("Outbox", func(t *testing.T) { testOutbox(t, open) }) // suite_webhooks.go
+	t.Run("Notify", func(t *testing.T) { testNotify(t, open) })                         // suite_webhooks.go
+	t.Run("Outbox", func(t *testing.T) { testOutbox(t, open) })                         // suite_webhooks.go
 	t.Run("OutboxEventStarted", func(t *testing.T) { testOutboxEventStarted(t, open) }) // suite_webhooks.go
 }
 
