@@ -68,6 +68,10 @@ type Store interface {
 
 	// Close flushes and closes the Store. Calls after it return ErrUnavailable.
 	Close() error
+
+	// HistoryStore: the lifecycle records the Store writes in the
+	// transaction of each commit, from its events (HistoryOf).
+	HistoryStore
 }
 
 // ReadyChecker is implemented by a Store that can tell whether it can serve
@@ -132,6 +136,11 @@ type Event struct {
 	// EventDequeued: Gone, Idle or Unclaimed for a purge (StaleReason),
 	// Released for an explicit release. NotStale on other events.
 	Reason PurgeReason
+	// At is when it happened: the time of the operation that caused it, as
+	// the Store was given it. Zero when the operation had no time of its own
+	// (a Touch: its time is Session.LastActive), and on events another
+	// instance committed.
+	At time.Time
 }
 
 // Commit is what one committed transaction did: the events in the order they

@@ -47,6 +47,10 @@ type Options struct {
 	// UpdateObserver, when set, is called with the report of each gate's
 	// update (Update), its Duration included. It must not block.
 	UpdateObserver func(UpdateReport)
+	// HistoryRetention is how long the Store's history is kept: each Update
+	// prunes older records. Zero: DefaultHistoryRetention; negative: never
+	// pruned.
+	HistoryRetention time.Duration
 }
 
 // DefaultUpdateChunk is the default Options.UpdateChunk, and the chunk a
@@ -70,6 +74,8 @@ type Waitlist struct {
 	log    *slog.Logger
 	chunk  int
 	ready  func() error
+	// retention is Options.HistoryRetention (<= 0: no pruning).
+	retention time.Duration
 	// set holds the gates, copied on write (AddGate, RemoveGate) so that
 	// every hot read looks a gate up without a lock.
 	set atomic.Pointer[gateSet]
@@ -113,6 +119,9 @@ type gateMemory struct {
 	joined, admissions rateWindow
 	// runtime: cfg was set at runtime and persisted (GateStats.Runtime).
 	runtime atomic.Bool
+	// waits and abandoned feed GateStats' wait figures (waitstats.go).
+	waits     waitWindow
+	abandoned rateWindow
 }
 
 type activeEntry struct {
@@ -155,6 +164,11 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		chunk:  opts.UpdateChunk,
 		ready:  opts.Ready,
 		files:  make(map[string]GateConfig, len(gates)),
+
+		retention: opts.HistoryRetention,
+	}
+	if w.retention == 0 {
+		w.retention = DefaultHistoryRetention
 	}
 	if w.clock == nil {
 		w.clock = SystemClock{}
@@ -594,6 +608,9 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 		}
 		reports = append(reports, r)
 	}
+	if _, err := w.pruneHistory(ctx); err != nil {
+		w.log.Warn("anteroom: pruning history failed", "err", err)
+	}
 	w.republishRates()
 	return reports, nil
 }
@@ -809,6 +826,7 @@ func (w *Waitlist) onCommit(c Commit) {
 		if g == nil {
 			continue // a gate no longer configured
 		}
+		g.noteWait(ev, w.clock)
 		s := ev.Session
 		switch ev.Kind {
 		case EventActivated, EventPromoted, EventRefreshed:

@@ -367,6 +367,12 @@ func kindName(k session.EventKind) string {
 		return "queued"
 	case session.EventDequeued:
 		return "dequeued"
+	case session.EventLeft:
+		return "left"
+	case session.EventReturned:
+		return "returned"
+	case session.EventClaimed:
+		return "claimed"
 	}
 	return "unknown"
 }

@@ -59,6 +59,9 @@ func (s *Store) inUndo(b *batch, name string) bool {
 // finish writes the counters of every gate the transaction changed and
 // computes the state of every gate whose rows it changed.
 func (s *Store) finish(b *batch) (map[string]session.GateState, error) {
+	if err := s.recordHistory(b.events); err != nil {
+		return nil, err
+	}
 	var gates map[string]session.GateState
 	for _, e := range b.touched {
 		if !e.inBatch {
@@ -214,6 +217,7 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	case out.Action == session.ActionInsert:
 		b.event(session.EventQueued, out.Session)
 	}
+	b.note(out)
 	o.sess = out.Session
 	return nil
 }
@@ -247,6 +251,7 @@ func (s *Store) applyLeave(b *batch, o *op) error {
 	if out.Action == session.ActionUpdate && out.Session.Status == session.StatusActive {
 		b.event(session.EventRefreshed, out.Session)
 	}
+	b.note(out)
 	o.sess = out.Session
 	return nil
 }
@@ -320,6 +325,7 @@ func (s *Store) applyTouch(b *batch, o *op) error {
 		if out.Action == session.ActionUpdate && existing.ClaimDeadline != out.Session.ClaimDeadline {
 			b.event(session.EventRefreshed, out.Session)
 		}
+		b.note(out)
 	}
 	// A touch moves no counter and no bound: the gate's state is not reported.
 	e.report = report

@@ -27,6 +27,7 @@ const (
 	opPurge
 	opProbe
 	opSettings
+	opPruneHistory
 )
 
 func (k opKind) String() string {
@@ -51,6 +52,8 @@ func (k opKind) String() string {
 		return "probe"
 	case opSettings:
 		return "settings"
+	case opPruneHistory:
+		return "prune history"
 	}
 	return "op"
 }
@@ -325,6 +328,7 @@ func (s *Store) runOp(b *batch, o *op) {
 		err = testHookOpDone(o)
 	}
 	if err == nil {
+		session.StampEvents(b.events[nEvents:], normTime(o.now))
 		return
 	}
 	o.err = err
@@ -386,6 +390,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applyProbe()
 	case opSettings:
 		err = s.applySettings(o)
+	case opPruneHistory:
+		err = s.applyPruneHistory(o)
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
