@@ -175,7 +175,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	if hooks.loading != nil {
 		hooks.loading()
 	}
-	store, storeReady, err := openStore(ctx, cfg.Database, log, met.ObserveStoreCommit)
+	store, storeReady, err := openStore(ctx, cfg.Database, log, met.ObserveStoreCommit, cfg.historyRetention() < 0)
 	if err != nil {
 		return err
 	}
@@ -197,11 +197,12 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	}
 
 	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{
-		Publisher:      hub,
-		Logger:         log,
-		Observer:       met.ObserveCommit,
-		UpdateObserver: met.ObserveUpdate,
-		Ready:          storeReady,
+		Publisher:        hub,
+		Logger:           log,
+		Observer:         met.ObserveCommit,
+		UpdateObserver:   met.ObserveUpdate,
+		Ready:            storeReady,
+		HistoryRetention: cfg.historyRetention(),
 	})
 	if err != nil {
 		return err
