@@ -52,7 +52,8 @@ const (
 	HistoryPurged   HistoryKind = "purged"   // deleted by the rules; Reason says why
 )
 
-// HistoryKinds lists every kind, in the order of a session's life.
+// HistoryKinds lists every kind, in the order of a session's life. A Store
+// may keep a kind as its index here: new kinds are only appended.
 var HistoryKinds = []HistoryKind{HistoryJoined, HistoryLeft, HistoryReturned, HistoryPromoted, HistoryClaimed, HistoryReleased, HistoryPurged}
 
 // HistoryRecord is one recorded lifecycle event.

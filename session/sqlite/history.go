@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -16,30 +17,34 @@ import (
 // History (migrations/0004): the writer turns each transaction's events
 // into records (session.HistoryOf) and inserts them just before COMMIT, in
 // multi-row INSERTs of up to histRows records, so a batch of 256 joins adds
-// four statements to its transaction, not a transaction per join. Reads use
-// the read pool; pruning goes through the writer, one bounded chunk per op.
+// four statements to its transaction, not a transaction per join. The
+// records are numbered from the meta row history_seq, written once per
+// transaction. Reads use the read pool; pruning goes through the writer,
+// one bounded chunk per op.
 
 // histRows is the most records one INSERT writes.
 const histRows = 64
 
 // histCols is the number of values of one record in an INSERT.
-const histCols = 8
+const histCols = 9
+
+// histSeqKey is the meta row holding the number of the last record.
+const histSeqKey = "history_seq"
 
 const (
-	sqlHistInsert = `INSERT INTO history (at, gate, session, kind, status, position, reason, wait) VALUES `
-	sqlHistRow    = `(?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlHistInsert = `INSERT INTO history (gate, at, id, session, kind, status, position, reason, wait) VALUES `
+	sqlHistRow    = `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	// Newest first within [since, until), optionally one session's, before
-	// the cursor (at, id): until is already min(until, cursor.at+1), so the
-	// index range starts at the cursor.
+	// the cursor (at, id): a range of the primary key (until is at most the
+	// cursor's time + 1).
 	sqlHistSelect = `SELECT id, at, session, kind, status, position, reason, wait FROM history
-		WHERE gate = ?1 AND at >= ?2 AND at < ?3 AND (?4 = '' OR session = ?4) AND (at < ?5 OR (at = ?5 AND id < ?6))
+		WHERE gate = ?1 AND at >= ?2 AND at < ?3 AND (?4 = '' OR session = ?4) AND (at, id) < (?5, ?6)
 		ORDER BY at DESC, id DESC LIMIT ?7`
-	// The oldest records by id (commit order) among the first ?2, those of
-	// them older than ?1: the statement looks at ?2 rows at most, whatever
-	// the table holds. A record written while the clock stood further ahead
-	// than the retention holds back those behind it until it is old enough
-	// itself.
-	sqlHistPrune = `DELETE FROM history WHERE id IN (SELECT id FROM (SELECT id, at FROM history ORDER BY id LIMIT ?2) WHERE at < ?1)`
+	// At most ?2 records older than ?1, gate by gate from each one's oldest
+	// (every gate with history has a row in gates): ranges of the primary
+	// key, whatever the table holds.
+	sqlHistPrune = `DELETE FROM history WHERE (gate, at, id) IN (
+		SELECT h.gate, h.at, h.id FROM gates g CROSS JOIN history h ON h.gate = g.name AND h.at < ?1 LIMIT ?2)`
 )
 
 // historyState is the writer's history: off when Options.DisableHistory,
@@ -51,6 +56,7 @@ type historyState struct {
 	args       []any
 	records    []session.HistoryRecord
 	prepareErr error
+	seqBuf     [8]byte
 }
 
 func (w *wconn) prepareExtra(q string) (*stmt, error) {
@@ -113,6 +119,18 @@ func (s *Store) recordHistory(events []session.Event) error {
 	if err := h.prepare(&s.wc); err != nil {
 		return fmt.Errorf("history: %w", err)
 	}
+	// The number of the last record, read in the transaction (one seek in
+	// a table of a few rows): a transaction rolled back takes its numbers
+	// back with it.
+	var seq int64
+	var dest [1]driver.Value
+	found, err := s.wc.queryRow(s.wc.selectMeta, dest[:], histSeqKey)
+	if err != nil {
+		return fmt.Errorf("history: read %s: %w", histSeqKey, err)
+	}
+	if v := asBytes(dest[0]); found && len(v) == 8 {
+		seq = int64(binary.BigEndian.Uint64(v))
+	}
 	for len(recs) > 0 {
 		n, st := 1, h.one
 		if len(recs) >= histRows {
@@ -124,7 +142,8 @@ func (s *Store) recordHistory(events []session.Event) error {
 			if r.Wait >= 0 {
 				wait = int64(r.Wait)
 			}
-			args = append(args, r.At.UnixNano(), r.Gate, r.Session, string(r.Kind), statusValue(r.Status), r.Position, int64(r.Reason), wait)
+			seq++
+			args = append(args, r.Gate, r.At.UnixNano(), seq, r.Session, kindValue(r.Kind), statusValue(r.Status), r.Position, int64(r.Reason), wait)
 		}
 		h.args = args
 		_, err := s.wc.exec(st, args...)
@@ -133,6 +152,10 @@ func (s *Store) recordHistory(events []session.Event) error {
 			return fmt.Errorf("history: insert: %w", err)
 		}
 		recs = recs[n:]
+	}
+	binary.BigEndian.PutUint64(h.seqBuf[:], uint64(seq))
+	if _, err := s.wc.exec(s.wc.insertMeta, histSeqKey, h.seqBuf[:]); err != nil {
+		return fmt.Errorf("history: save %s: %w", histSeqKey, err)
 	}
 	return nil
 }
@@ -160,6 +183,8 @@ func (s *Store) History(ctx context.Context, q session.HistoryQuery) (session.Hi
 	}
 	curAt, curID := int64(math.MaxInt64), int64(math.MaxInt64)
 	if c := q.Before; c != nil {
+		// The key range ends at the cursor's time: a page deep in the
+		// history seeks there rather than skip the pages before it.
 		curAt, curID = c.At.UnixNano(), c.ID
 		if curAt < math.MaxInt64 {
 			until = min(until, curAt+1)
@@ -175,12 +200,12 @@ func (s *Store) History(ctx context.Context, q session.HistoryQuery) (session.Hi
 	for rows.Next() {
 		var r session.HistoryRecord
 		var at, status, reason int64
-		var kind string
+		var kind int64
 		var wait sql.NullInt64
 		if err := rows.Scan(&r.ID, &at, &r.Session, &kind, &status, &r.Position, &reason, &wait); err != nil {
 			return session.HistoryPage{}, s.readErr("history", err)
 		}
-		r.At, r.Gate, r.Kind, r.Reason = fromNanos(at), q.Gate, session.HistoryKind(kind), session.PurgeReason(reason)
+		r.At, r.Gate, r.Kind, r.Reason = fromNanos(at), q.Gate, kindOf(kind), session.PurgeReason(reason)
 		r.Status = session.StatusWaiting
 		if status == dbActive {
 			r.Status = session.StatusActive
@@ -241,4 +266,22 @@ func (b *batch) note(out session.Outcome) {
 	if out.Note != 0 {
 		b.event(out.Note, out.Session)
 	}
+}
+
+// kindValue is a kind as stored: its index in session.HistoryKinds (an
+// integer binds and compares for less than a text).
+func kindValue(k session.HistoryKind) int64 {
+	for i, h := range session.HistoryKinds {
+		if h == k {
+			return int64(i)
+		}
+	}
+	return -1
+}
+
+func kindOf(v int64) session.HistoryKind {
+	if v < 0 || v >= int64(len(session.HistoryKinds)) {
+		return "unknown"
+	}
+	return session.HistoryKinds[v]
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,4 +99,45 @@ func TestHistoryGroupCommit(t *testing.T) {
 	assert.Len(t, seen, n, "one record per join")
 	assert.Equal(t, 100, active, "the first 100 were admitted")
 	assert.Less(t, s.Transactions()-before, int64(n), "batched")
+}
+
+// BenchmarkJoinHistory: concurrent joins (group-committed), with history
+// and without. cpu-ns/op is the process's CPU time per join (user and
+// system), which a loaded machine disturbs less than the wall clock.
+func BenchmarkJoinHistory(b *testing.B) {
+	for _, off := range []bool{false, true} {
+		name := "on"
+		if off {
+			name = "off"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, err := sqlite.Open(filepath.Join(b.TempDir(), "a.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler), DisableHistory: off})
+			require.NoError(b, err)
+			defer s.Close()
+			cfg := sessiontest.GateConfig("g", 1000)
+			var next atomic.Int64
+			b.SetParallelism(64)
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := next.Add(1)
+					if _, err := s.Join(context.Background(), cfg, "s"+strconv.FormatInt(i, 36), sessiontest.Epoch); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -545,10 +545,12 @@ func (s *Store) waitingPositions(gate string, hint int64) ([]int64, error) {
 // probeKey names the row a readiness probe writes and deletes.
 const probeKey = "ready_probe"
 
-// applyProbe writes a row of about a page and deletes it: the transaction
-// commits only if the database can take new data.
+// applyProbe writes a row of about two pages and deletes it: the
+// transaction commits only if the database can take new data, as much as a
+// join's page splits need (its session row and its history record are in
+// two b-trees).
 func (s *Store) applyProbe() error {
-	if _, err := s.wc.exec(s.wc.insertMeta, probeKey, make([]byte, 4096)); err != nil {
+	if _, err := s.wc.exec(s.wc.insertMeta, probeKey, make([]byte, 8192)); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if _, err := s.wc.exec(s.wc.deleteMeta, probeKey); err != nil {
