@@ -58,8 +58,8 @@ var HistoryKinds = []HistoryKind{HistoryJoined, HistoryLeft, HistoryReturned, Hi
 
 // HistoryRecord is one recorded lifecycle event.
 type HistoryRecord struct {
-	// ID is the Store's number of the record, unique in the Store; with At
-	// it orders records (HistoryCursor).
+	// ID is the Store's number of the record, unique in the Store and
+	// growing in commit order: it orders records (HistoryCursor).
 	ID       int64
 	At       time.Time
 	Gate     string
@@ -136,7 +136,7 @@ const (
 )
 
 // HistoryCursor is where a page of history ends: the next page holds the
-// records before it in (At, ID) order, newest first.
+// records numbered below ID. At is the record's time, for display.
 type HistoryCursor struct {
 	At time.Time
 	ID int64
@@ -153,8 +153,8 @@ type HistoryQuery struct {
 	// Limit is the most records returned: 1 to MaxHistoryLimit, 0 for
 	// DefaultHistoryLimit.
 	Limit int
-	// Before, when set, keeps records strictly before it in (At, ID) order:
-	// the cursor of the previous page.
+	// Before, when set, keeps records numbered below Before.ID: the cursor
+	// of the previous page.
 	Before *HistoryCursor
 }
 
@@ -179,7 +179,9 @@ func (q HistoryQuery) Normalize() (HistoryQuery, error) {
 
 // HistoryPage is one answer of Store.History.
 type HistoryPage struct {
-	// Records are newest first (At, then ID, descending).
+	// Records are newest first: by ID, descending. A Store numbers records
+	// in the order it commits them, so times descend too but for
+	// operations whose clock readings crossed on their way to the Store.
 	Records []HistoryRecord
 	// Next is the cursor of the following page, nil when this one is the
 	// last.
@@ -193,9 +195,11 @@ type HistoryStore interface {
 	// for a query out of range, ErrUnavailable after Close, a CodeInternal
 	// error on storage failure.
 	History(ctx context.Context, q HistoryQuery) (HistoryPage, error)
-	// PruneHistory deletes, in one transaction, at most limit of the oldest
-	// records that are older than before, and returns how many it deleted:
-	// callers repeat it while it deletes limit. Errors: those of History.
+	// PruneHistory deletes, in one transaction, at most limit units of the
+	// oldest history older than before (records, or rows of the records
+	// one transaction wrote for one gate: never a record that is not older
+	// than before), and returns how many units it deleted: callers repeat
+	// it while it deletes limit. Errors: those of History.
 	PruneHistory(ctx context.Context, before time.Time, limit int) (int64, error)
 }
 

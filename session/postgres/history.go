@@ -19,10 +19,10 @@ const (
 	sqlHistInsert = `INSERT INTO anteroom_history (at, gate, session, kind, status, position, reason, wait)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::smallint[], $6::bigint[], $7::smallint[], $8::bigint[])`
 	sqlHistCols   = `SELECT id, at, session, kind, status, position, reason, wait FROM anteroom_history `
-	sqlHistSelect = sqlHistCols + `WHERE gate = $1 AND at >= $2 AND at < $3 AND (at, id) < ($4, $5)
-		ORDER BY at DESC, id DESC LIMIT $6`
-	sqlHistSession = sqlHistCols + `WHERE gate = $1 AND at >= $2 AND at < $3 AND (at, id) < ($4, $5) AND session = $7
-		ORDER BY at DESC, id DESC LIMIT $6`
+	sqlHistSelect = sqlHistCols + `WHERE gate = $1 AND at >= $2 AND at < $3 AND id < $4
+		ORDER BY id DESC LIMIT $5`
+	sqlHistSession = sqlHistCols + `WHERE gate = $1 AND at >= $2 AND at < $3 AND id < $4 AND session = $6
+		ORDER BY id DESC LIMIT $5`
 	// The oldest records by id among the first $2, those of them older than
 	// $1: the statement looks at $2 rows at most, whatever the table holds.
 	sqlHistPrune = `DELETE FROM anteroom_history WHERE id IN (
@@ -71,7 +71,8 @@ func (b *batch) note(g *gateTx, out session.Outcome) {
 	}
 }
 
-// History returns the records of q.Gate that q selects, newest first.
+// History returns the records of q.Gate that q selects, newest first (by
+// id: the order of the identity's numbers, commit order on one instance).
 //
 // Errors: session.ErrInvalidArgument for a query out of range
 // (session.HistoryQuery.Normalize), session.ErrUnavailable after Close or
@@ -92,12 +93,12 @@ func (s *Store) History(ctx context.Context, q session.HistoryQuery) (session.Hi
 	if !q.Until.IsZero() {
 		until = q.Until.UnixNano()
 	}
-	curAt, curID := int64(math.MaxInt64), int64(math.MaxInt64)
+	before := int64(math.MaxInt64)
 	if c := q.Before; c != nil {
-		curAt, curID = c.At.UnixNano(), c.ID
+		before = c.ID
 	}
 	// One more than asked says whether there is a next page.
-	args := []any{q.Gate, since, until, curAt, curID, q.Limit + 1}
+	args := []any{q.Gate, since, until, before, q.Limit + 1}
 	sql := sqlHistSelect
 	if q.Session != "" {
 		sql, args = sqlHistSession, append(args, q.Session)

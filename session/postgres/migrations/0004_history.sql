@@ -16,6 +16,6 @@ CREATE TABLE anteroom_history (
     wait     bigint
 );
 
--- Reads go by gate and time, newest first, and by session.
-CREATE INDEX anteroom_history_gate_at ON anteroom_history (gate, at, id);
-CREATE INDEX anteroom_history_session ON anteroom_history (gate, session, at, id);
+-- Reads go by gate, newest first by id, and by session.
+CREATE INDEX anteroom_history_gate ON anteroom_history (gate, id);
+CREATE INDEX anteroom_history_session ON anteroom_history (gate, session, id);
