@@ -197,11 +197,12 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	}
 
 	waitlist, err := session.New(ctx, store, cfg.SessionGates(), session.Options{
-		Publisher:        hub,
-		Logger:           log,
-		Observer:         met.ObserveCommit,
-		UpdateObserver:   met.ObserveUpdate,
-		Ready:            storeReady,
+		Publisher:      hub,
+		Logger:         log,
+		Observer:       met.ObserveCommit,
+		UpdateObserver: met.ObserveUpdate,
+		Ready:          storeReady,
+		// history_retention 0: -1, no pruning (nor writing: openStore).
 		HistoryRetention: cfg.historyRetention(),
 	})
 	if err != nil {
