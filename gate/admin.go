@@ -69,6 +69,7 @@ func (s *Server) adminRoutes(e *echo.Echo) error {
 	e.DELETE(b+"/gates/:gate/settings", s.adminResetGate, mw...)
 	e.DELETE(b+"/gates/:gate/sessions/:session", s.adminEndSession, mw...)
 	s.eventRoutes(e, b, mw)
+	e.GET(b+"/gates/:gate/history", s.adminHistory, mw...)
 	// Anything else under the API: authorised first, so that an outsider
 	// cannot map the routes.
 	e.Any(b, func(echo.Context) error { return apiError(codeRouteNotFound, "no such admin route") }, mw...)
@@ -134,6 +135,15 @@ type AdminGate struct {
 	JoinsPerMinute       float64 `json:"joinsPerMinute"`
 	AdmissionsPerMinute  float64 `json:"admissionsPerMinute"`
 	AdmittedPerMinute    float64 `json:"admittedPerMinute"`
+	// WaitP50Seconds and WaitP90Seconds are the median and 90th percentile
+	// of the time from join to admission over the last hour (direct
+	// admissions count as 0), null when nobody was admitted in it.
+	WaitP50Seconds *float64 `json:"waitP50Seconds"`
+	WaitP90Seconds *float64 `json:"waitP90Seconds"`
+	// AbandonsPerMinute counts waiters who gave up before they were
+	// admitted (purged or released while waiting, or promoted and never
+	// claimed) over the last five minutes.
+	AbandonsPerMinute float64 `json:"abandonsPerMinute"`
 }
 
 // AdminGates is the answer of GET gates.
@@ -173,6 +183,9 @@ func adminGateOf(st session.GateStats) AdminGate {
 		JoinsPerMinute:       st.JoinsPerMinute,
 		AdmissionsPerMinute:  st.AdmissionsPerMinute,
 		AdmittedPerMinute:    st.View.AdmittedPerMinute,
+		WaitP50Seconds:       waitSeconds(st.Waits, st.Waits.P50),
+		WaitP90Seconds:       waitSeconds(st.Waits, st.Waits.P90),
+		AbandonsPerMinute:    st.Waits.AbandonsPerMinute,
 	}
 }
 

@@ -43,6 +43,11 @@ type Outcome struct {
 	// Pace is the gate's pacing after this outcome (DecideJoin only): the
 	// Store keeps it for the next decision.
 	Pace Pace
+	// Note is the lifecycle event the outcome records beyond the changes a
+	// Store reports anyway (EventActivated, EventQueued, EventRefreshed...):
+	// EventReturned, EventLeft or EventClaimed (see history.go), 0 for none.
+	// The Store reports it after those, with Outcome.Session.
+	Note EventKind
 }
 
 // Add returns c with every field of d added.
@@ -68,7 +73,7 @@ func DecideJoin(cfg GateConfig, c Counters, p Pace, existing *Session, id string
 		s := *existing
 		s.LastActive = now
 		s.ClaimDeadline = time.Time{}
-		return Outcome{Action: ActionUpdate, Session: s, Pace: p}, nil
+		return Outcome{Action: ActionUpdate, Session: s, Pace: p, Note: joinNote(existing)}, nil
 	}
 	if cfg.Mode == ModeReject {
 		return Outcome{Action: ActionNone, Pace: p}, Errorf(CodeGateClosed, "gate %q is closed to new sessions", cfg.Name)
@@ -101,7 +106,7 @@ func DecideLeave(existing *Session, now time.Time) Outcome {
 	}
 	s := *existing
 	s.LastActive = now
-	return Outcome{Action: ActionUpdate, Session: s}
+	return Outcome{Action: ActionUpdate, Session: s, Note: EventLeft}
 }
 
 // DecideRelease decides release(session): the row is deleted now. When it was
@@ -159,14 +164,16 @@ func DecideTouch(existing *Session, t Touch) Outcome {
 		s.LastActive = t.LastActive
 		changed = true
 	}
+	var note EventKind
 	if t.Claim && !s.ClaimDeadline.IsZero() && s.Status == StatusActive {
 		s.ClaimDeadline = time.Time{}
 		changed = true
+		note = EventClaimed
 	}
 	if !changed {
 		return Outcome{Action: ActionNone, Session: s}
 	}
-	return Outcome{Action: ActionUpdate, Session: s}
+	return Outcome{Action: ActionUpdate, Session: s, Note: note}
 }
 
 // PromotionCount is how many waiters to promote given the counters: as many

@@ -56,7 +56,7 @@ func TestDecideJoin(t *testing.T) {
 			name:     "returning waiter is seen now and keeps its position",
 			counters: session.Counters{NextPosition: 9, Active: 2, Waiting: 3},
 			existing: &waiting,
-			want:     session.Outcome{Action: session.ActionUpdate, Session: seen},
+			want:     session.Outcome{Action: session.ActionUpdate, Session: seen, Note: session.EventReturned},
 		},
 		{
 			name:     "active session joining again is refreshed, counters untouched",
@@ -68,7 +68,7 @@ func TestDecideJoin(t *testing.T) {
 			name:     "an unclaimed promoted session joining again claims its slot",
 			counters: session.Counters{NextPosition: 9, Active: 2},
 			existing: &unclaimed,
-			want:     session.Outcome{Action: session.ActionUpdate, Session: refreshed},
+			want:     session.Outcome{Action: session.ActionUpdate, Session: refreshed, Note: session.EventClaimed},
 		},
 	}
 	for _, tt := range tests {
@@ -93,8 +93,8 @@ func TestDecideLeave(t *testing.T) {
 		want     session.Outcome
 	}{
 		{"absent session: nothing (idempotent)", nil, session.Outcome{Action: session.ActionNone}},
-		{"waiting session gets its departure mark", &waiting, session.Outcome{Action: session.ActionUpdate, Session: marked}},
-		{"active session is only refreshed", &active, session.Outcome{Action: session.ActionUpdate, Session: refreshed}},
+		{"waiting session gets its departure mark", &waiting, session.Outcome{Action: session.ActionUpdate, Session: marked, Note: session.EventLeft}},
+		{"active session is only refreshed", &active, session.Outcome{Action: session.ActionUpdate, Session: refreshed, Note: session.EventLeft}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -232,7 +232,7 @@ func TestDecideTouch(t *testing.T) {
 		{"active moves forward", &active, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionUpdate, Session: with(active, later, time.Time{})}},
 		{"never backwards", &active, session.Touch{LastActive: t0.Add(-time.Second)}, session.Outcome{Action: session.ActionNone, Session: active}},
 		{"a waiter is seen", &waiting, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionUpdate, Session: with(waiting, later, time.Time{})}},
-		{"a claim clears the deadline", &unclaimed, session.Touch{LastActive: later, Claim: true}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, time.Time{})}},
+		{"a claim clears the deadline", &unclaimed, session.Touch{LastActive: later, Claim: true}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, time.Time{}), Note: session.EventClaimed}},
 		{"a refresh without claim keeps it", &unclaimed, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, unclaimed.ClaimDeadline)}},
 		{"a claim of a claimed session at an old time: nothing", &active, session.Touch{LastActive: t0, Claim: true}, session.Outcome{Action: session.ActionNone, Session: active}},
 	}

@@ -23,6 +23,8 @@ type GateStats struct {
 	// Runtime reports whether the configuration was set at runtime (it wins
 	// over the config file's until reset), false when it is the file's.
 	Runtime bool
+	// Waits are the wait-time figures and the abandon rate (waitstats.go).
+	Waits WaitStats
 }
 
 // Stats returns the gate's GateStats now, from memory, or ErrUnknownGate.
@@ -38,6 +40,7 @@ func (w *Waitlist) Stats(gate string) (GateStats, error) {
 		JoinsPerMinute:      g.joined.perMinute(now),
 		AdmissionsPerMinute: g.admissions.perMinute(now),
 		Runtime:             g.runtime.Load(),
+		Waits:               g.waitStats(now),
 	}, nil
 }
 

@@ -71,6 +71,9 @@ type Store interface {
 
 	// EventStore keeps the gates' scheduled events (events_store.go).
 	EventStore
+	// HistoryStore: the lifecycle records the Store writes in the
+	// transaction of each commit, from its events (HistoryOf).
+	HistoryStore
 }
 
 // ReadyChecker is implemented by a Store that can tell whether it can serve
@@ -140,6 +143,11 @@ type Event struct {
 	// Claimed is set on an EventRefreshed that claimed a promoted slot (the
 	// session's first sign of life after its promotion).
 	Claimed bool
+	// At is when it happened: the time of the operation that caused it, as
+	// the Store was given it. Zero when the operation had no time of its own
+	// (a Touch: its time is Session.LastActive), and on events another
+	// instance committed.
+	At time.Time
 }
 
 // Commit is what one committed transaction did: the events in the order they

@@ -49,6 +49,10 @@ type Options struct {
 	UpdateObserver func(UpdateReport)
 	// Events are the configured scheduled events (events.go), stored at New.
 	Events []ScheduledEvent
+	// HistoryRetention is how long the Store's history is kept: each Update
+	// prunes older records. Zero: DefaultHistoryRetention; negative: never
+	// pruned.
+	HistoryRetention time.Duration
 }
 
 // DefaultUpdateChunk is the default Options.UpdateChunk, and the chunk a
@@ -72,6 +76,8 @@ type Waitlist struct {
 	log    *slog.Logger
 	chunk  int
 	ready  func() error
+	// retention is Options.HistoryRetention (<= 0: no pruning).
+	retention time.Duration
 	// set holds the gates, copied on write (AddGate, RemoveGate) so that
 	// every hot read looks a gate up without a lock.
 	set atomic.Pointer[gateSet]
@@ -117,6 +123,9 @@ type gateMemory struct {
 	joined, admissions rateWindow
 	// runtime: cfg was set at runtime and persisted (GateStats.Runtime).
 	runtime atomic.Bool
+	// waits and abandoned feed GateStats' wait figures (waitstats.go).
+	waits     waitWindow
+	abandoned rateWindow
 }
 
 type activeEntry struct {
@@ -159,6 +168,11 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 		chunk:  opts.UpdateChunk,
 		ready:  opts.Ready,
 		files:  make(map[string]GateConfig, len(gates)),
+
+		retention: opts.HistoryRetention,
+	}
+	if w.retention == 0 {
+		w.retention = DefaultHistoryRetention
 	}
 	if w.clock == nil {
 		w.clock = SystemClock{}
@@ -608,6 +622,9 @@ func (w *Waitlist) Update(ctx context.Context) ([]UpdateReport, error) {
 		}
 		reports = append(reports, r)
 	}
+	if _, err := w.pruneHistory(ctx); err != nil {
+		w.log.Warn("anteroom: pruning history failed", "err", err)
+	}
 	w.republishRates()
 	return reports, nil
 }
@@ -823,6 +840,7 @@ func (w *Waitlist) onCommit(c Commit) {
 		if g == nil {
 			continue // a gate no longer configured
 		}
+		g.noteWait(ev, w.clock)
 		s := ev.Session
 		switch ev.Kind {
 		case EventActivated, EventPromoted, EventRefreshed:

@@ -67,7 +67,7 @@ type config struct {
 	abandonSeed     uint64
 }
 
-var scenarioNames = []string{"join-inproc", "validate-inproc", "join-http", "check-http", "storm", "tick", "fanout", "abandon"}
+var scenarioNames = []string{"join-inproc", "validate-inproc", "join-http", "join-http-history", "check-http", "storm", "tick", "fanout", "abandon"}
 
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
@@ -288,6 +288,8 @@ func (b *bench) run(ctx context.Context, name string) ([]Result, error) {
 		return b.validateInproc(ctx)
 	case "join-http":
 		return b.joinHTTP(ctx)
+	case "join-http-history":
+		return b.joinHTTPHistory(ctx)
 	case "check-http":
 		return b.checkHTTP(ctx)
 	case "storm":

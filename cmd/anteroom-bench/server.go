@@ -62,6 +62,7 @@ type instanceConfig struct {
 	// commitHook, when set, sees every commit of the store before the
 	// Waitlist does (the abandon scenario's record of what the server did).
 	commitHook func(session.Commit)
+	noHistory  bool // history_retention: 0 (sqlite.Options.DisableHistory)
 }
 
 // hookedStore is a Store whose commit listener calls a hook first.
@@ -113,7 +114,7 @@ func startInstance(ctx context.Context, cfg instanceConfig) (in *instance, err e
 			in = nil
 		}
 	}()
-	if in.store, err = sqlite.Open(dbPath(cfg.dir), sqlite.Options{Logger: cfg.log}); err != nil {
+	if in.store, err = sqlite.Open(dbPath(cfg.dir), sqlite.Options{Logger: cfg.log, DisableHistory: cfg.noHistory}); err != nil {
 		return in, err
 	}
 	secret := cfg.secret
@@ -400,4 +401,21 @@ func getJSON(addr, path string, v any) error {
 		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// countHistory counts the history records of the instance's gate.
+func countHistory(ctx context.Context, in *instance) (int64, error) {
+	var n int64
+	q := session.HistoryQuery{Gate: gateName, Limit: session.MaxHistoryLimit}
+	for {
+		page, err := in.store.History(ctx, q)
+		if err != nil {
+			return n, err
+		}
+		n += int64(len(page.Records))
+		if page.Next == nil {
+			return n, nil
+		}
+		q.Before = page.Next
+	}
 }

@@ -45,6 +45,7 @@ type Config struct {
 	LogLevel          string          `yaml:"log_level"`
 	AdminToken        string          `yaml:"admin_token"`
 	AccessLog         bool            `yaml:"access_log"`
+	HistoryRetention  *Duration       `yaml:"history_retention"`
 	RateLimit         RateLimitConfig `yaml:"rate_limit"`
 	TrustedProxies    []string        `yaml:"trusted_proxies"`
 	Websocket         WebsocketConfig `yaml:"websocket"`
@@ -164,6 +165,13 @@ func (c Config) AdmissionTTLs() map[string]time.Duration {
 	}
 	return out
 }
+
+// history_retention's bounds when not 0 (history off): at least a minute, at
+// most ten years.
+const (
+	minHistoryRetention = time.Minute
+	maxHistoryRetention = 10 * 365 * 24 * time.Hour
+)
 
 // demoReleaseOnDisconnect is release_on_disconnect's default when the
 // demo is served: a closed demo tab frees its slot at once.
@@ -478,6 +486,11 @@ var settings = []setting{
 		c.Webhooks, err = parseWebhooksEnv(v)
 		return err
 	}},
+	{key: "history_retention", env: "ANTEROOM_HISTORY_RETENTION", want: "duration (0: no history)", apply: func(c *Config, v string) error {
+		d, err := parseDuration(v)
+		c.HistoryRetention = (*Duration)(&d)
+		return err
+	}},
 	{key: "gates.<name>.active_limit", env: "ANTEROOM_GATES_<NAME>_ACTIVE_LIMIT", want: "whole number", applyGate: func(g *GateConfig, v string) error {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
@@ -758,6 +771,15 @@ func gateEnvName(name string) string {
 	return strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(name))
 }
 
+// historyRetention is history_retention for session.Options: -1 when it is
+// 0 (history off: nothing written, nothing pruned).
+func (c *Config) historyRetention() time.Duration {
+	if c.HistoryRetention == nil || *c.HistoryRetention == 0 {
+		return -1
+	}
+	return time.Duration(*c.HistoryRetention)
+}
+
 func (c *Config) fillDefaults() {
 	if c.Listen == "" {
 		c.Listen = defaultListen
@@ -774,6 +796,10 @@ func (c *Config) fillDefaults() {
 	}
 	if c.TokenTTL == 0 {
 		c.TokenTTL = Duration(defaultTokenTTL)
+	}
+	if c.HistoryRetention == nil {
+		d := Duration(session.DefaultHistoryRetention)
+		c.HistoryRetention = &d
 	}
 	if c.BroadcastInterval == 0 {
 		c.BroadcastInterval = Duration(defaultBroadcastInterval)
@@ -873,6 +899,9 @@ func (c Config) Validate() error {
 	}
 	if time.Duration(c.TokenTTL) < minTokenTTL {
 		return bad("token_ttl", "must be at least %v (default %v)", minTokenTTL, defaultTokenTTL)
+	}
+	if r := time.Duration(*c.HistoryRetention); r != 0 && (r < minHistoryRetention || r > maxHistoryRetention) {
+		return bad("history_retention", "must be 0 (no history) or from %v to %v (default %v)", minHistoryRetention, maxHistoryRetention, session.DefaultHistoryRetention)
 	}
 	if c.Upstream != "" {
 		u, err := url.Parse(c.Upstream)

@@ -175,7 +175,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	if hooks.loading != nil {
 		hooks.loading()
 	}
-	store, storeReady, err := openStore(ctx, cfg.Database, log, met.ObserveStoreCommit)
+	store, storeReady, err := openStore(ctx, cfg.Database, log, met.ObserveStoreCommit, cfg.historyRetention() < 0)
 	if err != nil {
 		return err
 	}
@@ -208,6 +208,8 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		UpdateObserver: met.ObserveUpdate,
 		Ready:          storeReady,
 		Events:         cfg.SessionEvents(),
+		// history_retention 0: -1, no pruning (nor writing: openStore).
+		HistoryRetention: cfg.historyRetention(),
 	})
 	if err != nil {
 		return err

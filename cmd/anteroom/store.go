@@ -30,15 +30,15 @@ func isPostgres(database string) bool {
 // openStore opens the shared Postgres store for a postgres:// URL, else the
 // SQLite file. ready reports whether the store follows the other instances,
 // for /readyz and validate; it is nil for SQLite, which has no others.
-func openStore(ctx context.Context, database string, log *slog.Logger, onCommit func(ops int, d time.Duration)) (store appStore, ready func() error, err error) {
+func openStore(ctx context.Context, database string, log *slog.Logger, onCommit func(ops int, d time.Duration), noHistory bool) (store appStore, ready func() error, err error) {
 	if isPostgres(database) {
-		pg, err := postgres.Open(ctx, strings.TrimSpace(database), postgres.Options{Logger: log})
+		pg, err := postgres.Open(ctx, strings.TrimSpace(database), postgres.Options{Logger: log, DisableHistory: noHistory})
 		if err != nil {
 			return nil, nil, err
 		}
 		return pg, pg.Ready, nil
 	}
-	lite, err := sqlite.Open(database, sqlite.Options{Logger: log, OnCommit: onCommit})
+	lite, err := sqlite.Open(database, sqlite.Options{Logger: log, OnCommit: onCommit, DisableHistory: noHistory})
 	if err != nil {
 		return nil, nil, err
 	}

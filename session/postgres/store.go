@@ -83,6 +83,9 @@ type Options struct {
 	// ReconnectDelay is the pause between attempts to listen again after the
 	// listening connection was lost. Default 200ms.
 	ReconnectDelay time.Duration
+	// DisableHistory turns off the history of sessions' lifecycles
+	// (history.go): nothing is written; what was is still read and pruned.
+	DisableHistory bool
 }
 
 const (
@@ -139,6 +142,8 @@ type Store struct {
 	lb   map[string]int64        // writer's lower bounds of first waiting positions
 	pace map[string]session.Pace // writer's pacing per gate (this instance's share; not persisted)
 	txs  atomic.Int64
+
+	noHistory bool // Options.DisableHistory
 }
 
 var _ session.Store = (*Store)(nil)
@@ -192,6 +197,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		followed:  make(chan struct{}),
 		lb:        make(map[string]int64),
 		pace:      make(map[string]session.Pace),
+		noHistory: opts.DisableHistory,
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])

@@ -296,12 +296,14 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 		}
 	}
 	for _, o := range b.ops {
+		first := len(b.events)
 		if err := s.apply(ctx, b, o); err != nil {
 			if session.CodeOf(err) == session.CodeInternal {
 				return lc, fmt.Errorf("%s: %w", o.kind, err)
 			}
 			o.err = err // a domain error: the op wrote nothing
 		}
+		session.StampEvents(b.events[first:], o.now)
 		if o.kind == opLoad && o.err == nil {
 			if lc.loaded == nil {
 				lc.loaded = map[string]int64{}
@@ -574,6 +576,7 @@ func (s *Store) finish(ctx context.Context, b *batch) (session.Commit, map[strin
 		}
 		pb.Queue(sqlSaveGate, name, g.c.NextPosition, g.c.Active, g.c.Waiting, g.seq)
 	}
+	s.queueHistory(pb, b.events)
 	if pb.Len() > 0 {
 		if err := b.tx.SendBatch(ctx, pb).Close(); err != nil {
 			return c, nil, fmt.Errorf("save gates: %w", err)
@@ -612,6 +615,7 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		case out.Action == session.ActionInsert:
 			b.event(g, session.EventQueued, out.Session)
 		}
+		b.note(g, out)
 		o.sess = out.Session
 	case opLeave:
 		g := b.gates[o.cfg.Name]
@@ -627,6 +631,7 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		if out.Action == session.ActionUpdate && out.Session.Status == session.StatusActive {
 			b.event(g, session.EventRefreshed, out.Session)
 		}
+		b.note(g, out)
 		o.sess = out.Session
 	case opRelease:
 		g := b.gates[o.cfg.Name]
@@ -759,6 +764,7 @@ func (s *Store) applyTouch(ctx context.Context, b *batch, o *op) error {
 			b.claimEvent(g, out.Session, true)
 			report = true
 		}
+		b.note(g, out)
 	}
 	g.report = report
 	return nil

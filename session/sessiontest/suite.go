@@ -102,6 +102,7 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("Notify", func(t *testing.T) { testNotify(t, open) })                         // suite_webhooks.go
 	t.Run("Outbox", func(t *testing.T) { testOutbox(t, open) })                         // suite_webhooks.go
 	t.Run("OutboxEventStarted", func(t *testing.T) { testOutboxEventStarted(t, open) }) // suite_webhooks.go
+	t.Run("History", func(t *testing.T) { testHistory(t, open) })
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a
@@ -373,6 +374,12 @@ func kindName(k session.EventKind) string {
 		return "queued"
 	case session.EventDequeued:
 		return "dequeued"
+	case session.EventLeft:
+		return "left"
+	case session.EventReturned:
+		return "returned"
+	case session.EventClaimed:
+		return "claimed"
 	}
 	return "unknown"
 }

@@ -36,8 +36,8 @@ func testCommitListener(t *testing.T, open Opener) {
 	h.seen("d")
 	h.update(cfg, 0) // b stale: purged, d promoted
 	assert.Equal(t, []string{
-		"activated:a", "queued:b", "refreshed:a", "queued:c", "deactivated:a", "promoted:b",
-		"queued:d", "dequeued:c", "deactivated:b", "promoted:d",
+		"activated:a", "queued:b", "refreshed:a", "left:a", "left:b", "queued:c", "deactivated:a", "promoted:b",
+		"queued:d", "left:c", "dequeued:c", "deactivated:b", "promoted:d",
 	}, kinds(h.eventsSince(mark)))
 	commits := h.commitsSince(mark)
 	require.NotEmpty(t, commits)

@@ -55,7 +55,7 @@ func testClaim(t *testing.T, open Opener) {
 	mark = h.mark()
 	require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: "c", LastActive: at, Claim: true}}))
 	assert.True(t, h.mustGet(gateName, "c").ClaimDeadline.IsZero())
-	assert.Equal(t, []string{"refreshed:c"}, kinds(h.eventsSince(mark)))
+	assert.Equal(t, []string{"refreshed:c", "claimed:c"}, kinds(h.eventsSince(mark)))
 	h.clock.Set(at.Add(cfg.ClaimTimeout + time.Second))
 	assert.Equal(t, session.UpdateReport{Gate: gateName}, zeroCounts(h.update(cfg, 0)))
 	h.mustGet(gateName, "c")

@@ -69,7 +69,7 @@ func testJoin(t *testing.T, open Opener) {
 				h.clock.Advance(time.Minute)
 			},
 			id:   "b",
-			want: want{session.StatusWaiting, 2, "now", session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, nil},
+			want: want{session.StatusWaiting, 2, "now", session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, []string{"returned:b"}},
 		},
 		{
 			name:  "idempotent for a waiter, which is seen",
@@ -80,7 +80,7 @@ func testJoin(t *testing.T, open Opener) {
 				h.clock.Advance(time.Second)
 			},
 			id:   "b",
-			want: want{session.StatusWaiting, 2, "now", session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, nil},
+			want: want{session.StatusWaiting, 2, "now", session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, []string{"returned:b"}},
 		},
 		{
 			name:  "idempotent for an active session, which is refreshed",
@@ -145,7 +145,8 @@ func testLeave(t *testing.T, open Opener) {
 		w.LastActive = now
 		requireSession(t, w, got)
 		requireSession(t, w, h.mustGet(gateName, "b"))
-		assert.Empty(t, h.eventsSince(mark))
+		// A departure changes no counter; it is reported for the history.
+		assert.Equal(t, []string{"left:b"}, kinds(h.eventsSince(mark)))
 		assert.Equal(t, session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, h.state(gateName).Counters)
 
 		// Leaving twice moves the mark.
@@ -163,7 +164,7 @@ func testLeave(t *testing.T, open Opener) {
 		requireSession(t, a, got)
 		requireSession(t, a, h.mustGet(gateName, "a"))
 		evs := h.eventsSince(mark)
-		require.Equal(t, []string{"refreshed:a"}, kinds(evs))
+		require.Equal(t, []string{"refreshed:a", "left:a"}, kinds(evs))
 		requireSession(t, a, evs[0].Session)
 		assert.Equal(t, session.Counters{NextPosition: 2, Active: 1}, h.state(gateName).Counters)
 	})

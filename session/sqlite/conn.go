@@ -80,6 +80,7 @@ type wconn struct {
 	selectMeta, insertMeta, deleteMeta          *stmt
 	allSettings                                 *stmt
 	checkpoint, truncate, pageSize              *stmt
+	extra                                       []*stmt // prepared later (history.go)
 }
 
 func (w *wconn) prepare(ctx context.Context) error {
@@ -131,7 +132,7 @@ func (w *wconn) close() error {
 	if w.c == nil {
 		return nil
 	}
-	for _, s := range []*stmt{
+	for _, s := range append([]*stmt{
 		w.begin, w.commit, w.rollback,
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
@@ -140,7 +141,7 @@ func (w *wconn) close() error {
 		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.allSettings,
 		w.checkpoint, w.truncate, w.pageSize,
-	} {
+	}, w.extra...) {
 		if s != nil {
 			_ = s.st.Close()
 		}

@@ -59,6 +59,9 @@ func (s *Store) inUndo(b *batch, name string) bool {
 // finish writes the counters of every gate the transaction changed and
 // computes the state of every gate whose rows it changed.
 func (s *Store) finish(b *batch) (map[string]session.GateState, error) {
+	if err := s.recordHistory(b.events); err != nil {
+		return nil, err
+	}
 	var gates map[string]session.GateState
 	for _, e := range b.touched {
 		if !e.inBatch {
@@ -214,6 +217,7 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	case out.Action == session.ActionInsert:
 		b.event(session.EventQueued, out.Session)
 	}
+	b.note(out)
 	o.sess = out.Session
 	return nil
 }
@@ -247,6 +251,7 @@ func (s *Store) applyLeave(b *batch, o *op) error {
 	if out.Action == session.ActionUpdate && out.Session.Status == session.StatusActive {
 		b.event(session.EventRefreshed, out.Session)
 	}
+	b.note(out)
 	o.sess = out.Session
 	return nil
 }
@@ -320,6 +325,7 @@ func (s *Store) applyTouch(b *batch, o *op) error {
 		if out.Action == session.ActionUpdate && existing.ClaimDeadline != out.Session.ClaimDeadline {
 			b.events = append(b.events, session.Event{Kind: session.EventRefreshed, Session: out.Session, Claimed: true})
 		}
+		b.note(out)
 	}
 	// A touch moves no counter and no bound: the gate's state is not reported.
 	e.report = report
@@ -542,10 +548,12 @@ func (s *Store) waitingPositions(gate string, hint int64) ([]int64, error) {
 // probeKey names the row a readiness probe writes and deletes.
 const probeKey = "ready_probe"
 
-// applyProbe writes a row of about a page and deletes it: the transaction
-// commits only if the database can take new data.
+// applyProbe writes a row of about two pages and deletes it: the
+// transaction commits only if the database can take new data, as much as a
+// join's page splits need (its session row and its history record are in
+// two b-trees).
 func (s *Store) applyProbe() error {
-	if _, err := s.wc.exec(s.wc.insertMeta, probeKey, make([]byte, 4096)); err != nil {
+	if _, err := s.wc.exec(s.wc.insertMeta, probeKey, make([]byte, 8192)); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if _, err := s.wc.exec(s.wc.deleteMeta, probeKey); err != nil {

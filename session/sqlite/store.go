@@ -114,6 +114,9 @@ type Options struct {
 	// them to the commit. It is on the writer's path: it must not block
 	// (an observation of a histogram is fine).
 	OnCommit func(ops int, d time.Duration)
+	// DisableHistory turns off the history of sessions' lifecycles
+	// (history.go): nothing is written; what was is still read and pruned.
+	DisableHistory bool
 }
 
 const (
@@ -206,6 +209,7 @@ type Store struct {
 	// Owned by the writer goroutine.
 	cache map[string]*gateEntry
 	b     batch
+	hist  historyState
 
 	stats struct {
 		ops, txs, failed, maxBatch atomic.Int64
@@ -299,6 +303,7 @@ func Open(path string, opts Options) (*Store, error) {
 		recordDone: make(chan struct{}),
 		cache:      make(map[string]*gateEntry),
 		idx:        newIDIndex(),
+		hist:       historyState{off: opts.DisableHistory},
 	}
 	if err := s.open(opts); err != nil {
 		_ = s.closeDBs()

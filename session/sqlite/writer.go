@@ -28,6 +28,7 @@ const (
 	opProbe
 	opSettings
 	opFunc // fn runs in the transaction (events.go)
+	opPruneHistory
 )
 
 func (k opKind) String() string {
@@ -54,6 +55,8 @@ func (k opKind) String() string {
 		return "settings"
 	case opFunc:
 		return "func"
+	case opPruneHistory:
+		return "prune history"
 	}
 	return "op"
 }
@@ -332,6 +335,7 @@ func (s *Store) runOp(b *batch, o *op) {
 		err = testHookOpDone(o)
 	}
 	if err == nil {
+		session.StampEvents(b.events[nEvents:], normTime(o.now))
 		return
 	}
 	o.err = err
@@ -395,6 +399,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applySettings(o)
 	case opFunc:
 		err = o.fn(b)
+	case opPruneHistory:
+		err = s.applyPruneHistory(o)
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
