@@ -135,9 +135,8 @@ type Store struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	lb   map[string]int64        // writer's lower bounds of first waiting positions
-	pace map[string]session.Pace // writer's pacing per gate (this instance's share; not persisted)
-	txs  atomic.Int64
+	lb  map[string]int64 // writer's lower bounds of first waiting positions
+	txs atomic.Int64
 }
 
 var _ session.Store = (*Store)(nil)
@@ -190,7 +189,6 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		done:      make(chan struct{}),
 		followed:  make(chan struct{}),
 		lb:        make(map[string]int64),
-		pace:      make(map[string]session.Pace),
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
