@@ -352,15 +352,8 @@ func (s *Store) Load(ctx context.Context, gates []string) (map[string]session.Ga
 		}
 	}
 	o := &op{kind: opLoad, ctx: ctx, gates: all}
-	if err := s.do(o); err != nil {
-		return o.snaps, err
-	}
-	for name, c := range settings {
-		snap := o.snaps[name]
-		snap.Settings = &c
-		o.snaps[name] = snap
-	}
-	return o.snaps, nil
+	err = s.do(o)
+	return o.snaps, err
 }
 
 // Join runs session.DecideJoin for id in gate cfg.Name at now, and returns

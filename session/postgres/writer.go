@@ -905,7 +905,13 @@ func (s *Store) applyLoad(ctx context.Context, b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting}
+		// The settings under the gate's lock, so that a change committed
+		// after the load reaches the listener and none before it does.
+		settings, err := readSettings(ctx, b.tx, name)
+		if err != nil {
+			return err
+		}
+		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting, Settings: settings}
 	}
 	return nil
 }
