@@ -229,3 +229,29 @@ func TestPacePersists(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), r.Promoted, "half a second later, half the burst")
 }
+
+// Forged settings notifications are hints like the others: a gate that has
+// no settings is not added, a bad name is ignored, and the instance keeps
+// following settings.
+func TestForgedSettingsNotificationsAreIgnored(t *testing.T) {
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	ins := startInstances(t, url, 2, 5, quiet)
+	a, b := ins[0], ins[1]
+	c, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	for _, p := range []string{"1 ghost s", "7 default s", "1 ../etc s", "1 default s s", "x ghost s", "1  s"} {
+		_, err := c.Exec(ctx, "SELECT pg_notify('anteroom_commits', $1)", p)
+		require.NoError(t, err)
+	}
+	cfg := sessiontest.GateConfig(multiGate, 8)
+	_, err = b.wl.SetGateConfig(ctx, cfg)
+	require.NoError(t, err)
+	within(t, "a real change after the forged ones", func() bool {
+		c, err := a.wl.GateConfig(multiGate)
+		return err == nil && c.ActiveLimit == 8
+	})
+	assert.Equal(t, []string{multiGate}, a.wl.Gates(), "no gate made up")
+	assert.NoError(t, a.store.Ready())
+}
