@@ -51,6 +51,7 @@ func (s *Server) adminRoutes(e *echo.Echo) error {
 	}
 	sum := sha256.Sum256([]byte(s.opts.AdminToken))
 	s.adminToken = &sum
+	s.feed = newAdminFeed(sum)
 	rl := s.opts.AdminRateLimit
 	if rl.PerSecond <= 0 {
 		rl = defaultAdminRateLimit
@@ -70,6 +71,8 @@ func (s *Server) adminRoutes(e *echo.Echo) error {
 	e.DELETE(b+"/gates/:gate/sessions/:session", s.adminEndSession, mw...)
 	s.eventRoutes(e, b, mw)
 	e.GET(b+"/gates/:gate/history", s.adminHistory, mw...)
+	e.POST(b+"/feed/ticket", s.adminFeedTicket, mw...)
+	e.GET(b+"/feed", s.adminFeedSocket, mw[:2]...) // a ticket, not the token (adminfeed.go)
 	// Anything else under the API: authorised first, so that an outsider
 	// cannot map the routes.
 	e.Any(b, func(echo.Context) error { return apiError(codeRouteNotFound, "no such admin route") }, mw...)
@@ -190,6 +193,15 @@ func adminGateOf(st session.GateStats) AdminGate {
 }
 
 func (s *Server) adminListGates(c echo.Context) error {
+	out, err := s.adminGates()
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// adminGates is the answer of GET gates (and what the feed sends).
+func (s *Server) adminGates() (AdminGates, error) {
 	out := AdminGates{Gates: []AdminGate{}}
 	for _, name := range s.opts.Waitlist.Gates() {
 		st, err := s.opts.Waitlist.Stats(name)
@@ -197,11 +209,11 @@ func (s *Server) adminListGates(c echo.Context) error {
 			continue // removed meanwhile
 		}
 		if err != nil {
-			return err
+			return out, err
 		}
 		out.Gates = append(out.Gates, adminGateOf(st))
 	}
-	return c.JSON(http.StatusOK, out)
+	return out, nil
 }
 
 func (s *Server) adminGate(c echo.Context, status int, name string) error {

@@ -122,6 +122,8 @@ type Server struct {
 	limit echo.MiddlewareFunc
 	// adminToken is the digest of Options.AdminToken; nil when off.
 	adminToken *[sha256.Size]byte
+	// feed is the dashboard's live feed (adminfeed.go); nil when off.
+	feed *adminFeed
 }
 
 // New builds the Server and its routes. It returns an error when a required

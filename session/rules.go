@@ -198,9 +198,10 @@ func Promotions(cfg GateConfig, c Counters) int64 {
 // Pace is a gate's admission pacing, a token bucket as a value: Tokens
 // admissions may happen at At; tokens come back at NewUsersPerMinute/60 per
 // second, up to a burst of one second's worth (at least one). The zero Pace
-// is a full bucket. A Store keeps one per gate in memory, next to the
-// gate's counters, and passes it to DecideJoin and Allow; it is not
-// persisted (a restart starts with a full bucket, one second's burst).
+// is a full bucket. A Store keeps one per gate with the gate's counters
+// (saved in the same transaction, so a restart hands out no fresh burst and
+// instances sharing a Store share one bucket) and passes it to DecideJoin
+// and Allow.
 type Pace struct {
 	Tokens float64
 	At     time.Time

@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"sort"
 )
 
 // The gates' runtime changes: settings (SetGateConfig, ResetGateConfig) and
@@ -68,8 +67,10 @@ func (w *Waitlist) SetGateConfig(ctx context.Context, cfg GateConfig) (GateConfi
 	if err := w.store.SaveGateSettings(ctx, cfg.Name, &cfg); err != nil {
 		return GateConfig{}, err
 	}
-	g.runtime.Store(true)
-	w.apply(g, cfg)
+	if !w.followsSettings() { // else the Store's commit listener applied it
+		g.runtime.Store(true)
+		w.apply(g, cfg)
+	}
 	return cfg, w.fill(ctx, g)
 }
 
@@ -94,8 +95,10 @@ func (w *Waitlist) ResetGateConfig(ctx context.Context, gate string) (GateConfig
 	if err := w.store.SaveGateSettings(ctx, gate, nil); err != nil {
 		return GateConfig{}, err
 	}
-	g.runtime.Store(false)
-	w.apply(g, cfg)
+	if !w.followsSettings() { // else the Store's commit listener applied it
+		g.runtime.Store(false)
+		w.apply(g, cfg)
+	}
 	return cfg, w.fill(ctx, g)
 }
 
@@ -117,20 +120,18 @@ func (w *Waitlist) AddGate(ctx context.Context, cfg GateConfig) error {
 	if err := w.store.SaveGateSettings(ctx, cfg.Name, &cfg); err != nil {
 		return err
 	}
+	if g := w.lookup(cfg.Name); g != nil {
+		// A Store that follows settings installed it from its commit.
+		w.log.Info("anteroom: gate added at runtime", "gate", cfg.Name, "settings", cfg.String())
+		return w.fill(ctx, g)
+	}
 	snaps, err := w.store.Load(ctx, []string{cfg.Name})
 	if err != nil {
 		return err
 	}
 	g := w.newGateMemory(cfg, snaps[cfg.Name])
 	g.runtime.Store(true)
-	old := w.set.Load()
-	set := &gateSet{m: make(map[string]*gateMemory, len(old.m)+1), names: append(append([]string(nil), old.names...), cfg.Name)}
-	for k, v := range old.m {
-		set.m[k] = v
-	}
-	set.m[cfg.Name] = g
-	sort.Strings(set.names)
-	w.set.Store(set)
+	w.swapSet(func(old *gateSet) *gateSet { return old.with(cfg.Name, g) })
 	w.log.Info("anteroom: gate added at runtime", "gate", cfg.Name, "settings", cfg.String())
 	if w.pub != nil {
 		w.pub.PublishGlobal(*g.view.Load())
@@ -161,15 +162,7 @@ func (w *Waitlist) RemoveGate(ctx context.Context, gate string) error {
 	if err := w.store.SaveGateSettings(ctx, gate, nil); err != nil {
 		return err
 	}
-	old := w.set.Load()
-	set := &gateSet{m: make(map[string]*gateMemory, len(old.m))}
-	for _, name := range old.names {
-		if name != gate {
-			set.m[name] = old.m[name]
-			set.names = append(set.names, name)
-		}
-	}
-	w.set.Store(set)
+	w.swapSet(func(old *gateSet) *gateSet { return old.without(gate) })
 	w.log.Info("anteroom: gate removed at runtime", "gate", gate)
 	return nil
 }

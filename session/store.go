@@ -161,6 +161,11 @@ type Commit struct {
 	// knows of those gates' active sessions with it (Events are then empty;
 	// Gates holds the same states).
 	Resync map[string]GateSnapshot
+	// Settings, when set, holds runtime settings changed by this commit, as
+	// a Store that is a SettingsFollower reports them (see there): per gate,
+	// the settings now in effect, or nil when they were forgotten. A gate
+	// the listener does not know comes with its whole state in Resync.
+	Settings map[string]*GateConfig
 }
 
 // Publisher receives what clients must be told. Implementations must not

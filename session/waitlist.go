@@ -834,6 +834,7 @@ func (w *Waitlist) onCommit(c Commit) {
 			g.resync(snap)
 		}
 	}
+	set = w.followSettings(set, c)
 	var promoted []Session
 	for _, ev := range c.Events {
 		g := set.m[ev.Session.Gate]

@@ -125,6 +125,29 @@ func TestDashboardSteersTheGate(t *testing.T) {
 		t.Errorf("sessionStorage token = %q, want the admin token", got)
 	}
 
+	// Live over the websocket feed, not polling: once the feed is open the
+	// page stops asking GET gates, and a change made elsewhere (not by the
+	// page) still shows.
+	op.waitFor("the feed open", `document.getElementById('live').dataset.via === 'feed'
+  && /^live/.test(document.getElementById('live').textContent)`)
+	gets := `performance.getEntriesByType('resource').filter((e) => e.name.endsWith('/admin/api/gates')).length`
+	before := evalJS[int](op, gets)
+	cfg0, _ := srv.waitlist.GateConfig("default")
+	cfg0.NewUsersPerMinute = 6000
+	if _, err := srv.waitlist.SetGateConfig(context.Background(), cfg0); err != nil {
+		t.Fatal(err)
+	}
+	op.waitFor("a change made elsewhere pushed", `document.querySelector('section[data-gate="default"] form[data-field="newUsersPerMinute"] input').value === '6000'`)
+	time.Sleep(2500 * time.Millisecond) // two poll periods: a state that must not change
+	if after := evalJS[int](op, gets); after != before {
+		t.Errorf("the page asked GET gates %d more times with the feed open, want none", after-before)
+	}
+	cfg0.NewUsersPerMinute = 0
+	if _, err := srv.waitlist.SetGateConfig(context.Background(), cfg0); err != nil {
+		t.Fatal(err)
+	}
+	op.waitFor("the change back pushed", `document.querySelector('section[data-gate="default"] form[data-field="newUsersPerMinute"] input').value === '0'`)
+
 	// An edit not set yet is not overwritten by the polls; Escape drops it.
 	limitInput := `section[data-gate="default"] form[data-field="activeLimit"] input`
 	op.call("type 7 into the limit", func(ctx context.Context) error {

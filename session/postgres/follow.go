@@ -87,6 +87,7 @@ func (s *Store) deliverLocal(ctx context.Context, c *pgx.Conn, lc localCommit) {
 				commit.Gates[g] = st
 			}
 		}
+		commit.Settings, commit.Resync = keepGates(lc.commit.Settings, skip), keepGates(lc.commit.Resync, skip)
 	}
 	if len(commit.Events) > 0 || len(commit.Gates) > 0 {
 		s.notifyListener(commit)
@@ -136,9 +137,16 @@ func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64)
 			s.resyncGate(ctx, q, gate)
 			return
 		}
+		if p.Settings != nil && p.Settings.Added {
+			// A gate added (or first changed) at runtime: its whole state.
+			s.resyncGate(ctx, q, gate)
+			return
+		}
 		s.applied[gate] = r.seq
 		s.remote.Add(1)
-		s.notifyListener(p.commit(gate))
+		c := p.commit(gate)
+		c.Settings = s.settingsMap(gate, p.Settings)
+		s.notifyListener(c)
 	}
 	if s.applied[gate] < upTo {
 		s.resyncGate(ctx, q, gate)
@@ -165,8 +173,9 @@ func (s *Store) resyncGate(ctx context.Context, q querier, gate string) {
 	s.resyncs.Add(1)
 	s.log.Info("anteroom: resynchronised a gate from the tables", "gate", gate, "seq", seq)
 	s.notifyListener(session.Commit{
-		Gates:  map[string]session.GateState{gate: snap.State},
-		Resync: map[string]session.GateSnapshot{gate: snap},
+		Gates:    map[string]session.GateState{gate: snap.State},
+		Resync:   map[string]session.GateSnapshot{gate: snap},
+		Settings: map[string]*session.GateConfig{gate: snap.Settings},
 	})
 }
 
@@ -189,6 +198,9 @@ func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnap
 		return snap, 0, err
 	}
 	if snap.State, err = state(ctx, tx, g); err != nil {
+		return snap, 0, err
+	}
+	if snap.Settings, err = readSettings(ctx, tx, gate); err != nil {
 		return snap, 0, err
 	}
 	rows, err := tx.Query(ctx, sqlActive, gate)
@@ -265,10 +277,15 @@ func (s *Store) resyncAll(ctx context.Context, c *pgx.Conn) bool {
 			s.applied[g] = seq
 			s.resyncs.Add(1)
 			s.notifyListener(session.Commit{
-				Gates:  map[string]session.GateState{g: snap.State},
-				Resync: map[string]session.GateSnapshot{g: snap},
+				Gates:    map[string]session.GateState{g: snap.State},
+				Resync:   map[string]session.GateSnapshot{g: snap},
+				Settings: map[string]*session.GateConfig{g: snap.Settings},
 			})
 		}
+	}
+	if err := s.adoptGates(ctx, c); err != nil {
+		s.setUnready(fmt.Errorf("reading the gates added at runtime failed: %w", err))
+		return false
 	}
 	s.updateReady()
 	return true
@@ -307,6 +324,7 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 			continue
 		}
 		seqText, gate, ok := strings.Cut(n.Payload, " ")
+		gate, mark, _ := strings.Cut(gate, " ")
 		seq, err := strconv.ParseInt(seqText, 10, 64)
 		if !ok || err != nil || !session.ValidGateName(gate) {
 			s.log.Warn("anteroom: ignoring a malformed notification", "payload", n.Payload)
@@ -317,10 +335,26 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 			s.resyncGate(ctx, c, gate)
 		} else if known && seq > a {
 			s.catchUp(ctx, c, gate, seq)
+		} else if !known && mark == noteSettings {
+			s.resyncGate(ctx, c, gate) // a gate added at runtime elsewhere
 		}
 		s.deliverMu.Unlock()
 		if c.IsClosed() {
 			return errors.New("connection closed")
 		}
 	}
+}
+
+// keepGates returns m without the gates of skip (nil when none is left).
+func keepGates[V any](m map[string]V, skip map[string]bool) map[string]V {
+	var out map[string]V
+	for g, v := range m {
+		if !skip[g] {
+			if out == nil {
+				out = map[string]V{}
+			}
+			out[g] = v
+		}
+	}
+	return out
 }

@@ -11,7 +11,10 @@ import (
 
 // The SQL of runtime gate settings (migrations/0003).
 const (
-	sqlSaveSettings   = `INSERT INTO anteroom_gate_settings (gate, settings) VALUES ($1, $2) ON CONFLICT (gate) DO UPDATE SET settings = EXCLUDED.settings`
+	// sqlSaveSettings answers whether it inserted the row (xmax = 0) rather
+	// than updated it.
+	sqlSaveSettings   = `INSERT INTO anteroom_gate_settings (gate, settings) VALUES ($1, $2) ON CONFLICT (gate) DO UPDATE SET settings = EXCLUDED.settings RETURNING (xmax = 0)`
+	sqlGateSettings   = `SELECT settings FROM anteroom_gate_settings WHERE gate = $1`
 	sqlForgetSettings = `DELETE FROM anteroom_gate_settings WHERE gate = $1`
 	sqlAllSettings    = `SELECT gate, settings FROM anteroom_gate_settings`
 )
@@ -31,12 +34,18 @@ type storedSettings struct {
 
 // SaveGateSettings persists settings as gate's runtime settings, which Load
 // returns (GateSnapshot.Settings) from then on, on every instance and after
-// restarts; with settings nil it forgets them. Instances already running
-// take them at their next start (see the README).
+// restarts; with settings nil it forgets them. The change is a commit of the
+// gate like any other (through the writer, under the gate's row lock, with
+// an outbox row and a notification): every instance's commit listener gets
+// it (session.Commit.Settings) in the gate's commit order, this one's before
+// SaveGateSettings returns, the others' within the notification's round
+// trip. See settings_follow.go.
 //
 // Errors: session.ErrInvalidArgument for a malformed gate name or settings
 // that do not validate or name another gate; session.ErrUnavailable when
-// the store is closed or the database cannot be reached.
+// the store is closed or the database cannot be reached; the context's
+// error when it is done before the change ran; a session.CodeInternal
+// error on storage failure.
 func (s *Store) SaveGateSettings(ctx context.Context, gate string, settings *session.GateConfig) error {
 	if !session.ValidGateName(gate) {
 		return session.Errorf(session.CodeInvalidArgument, "postgres: save settings: gate name %q", gate)
@@ -44,34 +53,53 @@ func (s *Store) SaveGateSettings(ctx context.Context, gate string, settings *ses
 	if s.closed.Load() {
 		return session.ErrUnavailable
 	}
-	if settings == nil {
-		if _, err := s.pool.Exec(ctx, sqlForgetSettings, gate); err != nil {
-			return storageErr("save settings", err)
+	if settings != nil {
+		if settings.Name != gate {
+			return session.Errorf(session.CodeInvalidArgument, "postgres: save settings: settings of gate %q given for gate %q", settings.Name, gate)
 		}
-		return nil
+		if err := settings.Validate(); err != nil {
+			return err
+		}
+		c := *settings
+		settings = &c
 	}
-	if settings.Name != gate {
-		return session.Errorf(session.CodeInvalidArgument, "postgres: save settings: settings of gate %q given for gate %q", settings.Name, gate)
+	return s.do(&op{kind: opSettings, ctx: ctx, cfg: session.GateConfig{Name: gate}, settings: settings})
+}
+
+// encodeSettings is the JSON of a settings row.
+func encodeSettings(c session.GateConfig) ([]byte, error) {
+	return json.Marshal(toStored(c))
+}
+
+func toStored(c session.GateConfig) storedSettings {
+	return storedSettings{
+		ActiveLimit:         c.ActiveLimit,
+		ActiveTimeout:       int64(c.ActiveTimeout),
+		WaitingTimeout:      int64(c.WaitingTimeout),
+		ClaimTimeout:        int64(c.ClaimTimeout),
+		ReleaseOnDisconnect: int64(c.ReleaseOnDisconnect),
+		Mode:                c.Mode,
+		NewUsersPerMinute:   c.NewUsersPerMinute,
 	}
-	if err := settings.Validate(); err != nil {
-		return err
+}
+
+// config is the gate's configuration a row holds, or an error when it does
+// not validate.
+func (st storedSettings) config(gate string) (session.GateConfig, error) {
+	c := session.GateConfig{
+		Name:                gate,
+		ActiveLimit:         st.ActiveLimit,
+		ActiveTimeout:       time.Duration(st.ActiveTimeout),
+		WaitingTimeout:      time.Duration(st.WaitingTimeout),
+		ClaimTimeout:        time.Duration(st.ClaimTimeout),
+		ReleaseOnDisconnect: time.Duration(st.ReleaseOnDisconnect),
+		Mode:                st.Mode,
+		NewUsersPerMinute:   st.NewUsersPerMinute,
 	}
-	b, err := json.Marshal(storedSettings{
-		ActiveLimit:         settings.ActiveLimit,
-		ActiveTimeout:       int64(settings.ActiveTimeout),
-		WaitingTimeout:      int64(settings.WaitingTimeout),
-		ClaimTimeout:        int64(settings.ClaimTimeout),
-		ReleaseOnDisconnect: int64(settings.ReleaseOnDisconnect),
-		Mode:                settings.Mode,
-		NewUsersPerMinute:   settings.NewUsersPerMinute,
-	})
-	if err != nil {
-		return session.Errorf(session.CodeInternal, "postgres: save settings: encode: %w", err)
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("postgres: settings of gate %q: %w", gate, err)
 	}
-	if _, err := s.pool.Exec(ctx, sqlSaveSettings, gate, b); err != nil {
-		return storageErr("save settings", err)
-	}
-	return nil
+	return c, nil
 }
 
 // allSettings reads every gate's persisted settings.
@@ -92,18 +120,9 @@ func (s *Store) allSettings(ctx context.Context) (map[string]session.GateConfig,
 		if err := json.Unmarshal(raw, &st); err != nil {
 			return nil, session.Errorf(session.CodeInternal, "postgres: settings of gate %q: %w", gate, err)
 		}
-		c := session.GateConfig{
-			Name:                gate,
-			ActiveLimit:         st.ActiveLimit,
-			ActiveTimeout:       time.Duration(st.ActiveTimeout),
-			WaitingTimeout:      time.Duration(st.WaitingTimeout),
-			ClaimTimeout:        time.Duration(st.ClaimTimeout),
-			ReleaseOnDisconnect: time.Duration(st.ReleaseOnDisconnect),
-			Mode:                st.Mode,
-			NewUsersPerMinute:   st.NewUsersPerMinute,
-		}
-		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("postgres: settings of gate %q: %w", gate, err)
+		c, err := st.config(gate)
+		if err != nil {
+			return nil, err
 		}
 		out[gate] = c
 	}

@@ -139,9 +139,8 @@ type Store struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	lb   map[string]int64        // writer's lower bounds of first waiting positions
-	pace map[string]session.Pace // writer's pacing per gate (this instance's share; not persisted)
-	txs  atomic.Int64
+	lb  map[string]int64 // writer's lower bounds of first waiting positions
+	txs atomic.Int64
 
 	noHistory bool // Options.DisableHistory
 }
@@ -196,7 +195,6 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		done:      make(chan struct{}),
 		followed:  make(chan struct{}),
 		lb:        make(map[string]int64),
-		pace:      make(map[string]session.Pace),
 		noHistory: opts.DisableHistory,
 	}
 	var nonce [8]byte
@@ -363,11 +361,6 @@ func (s *Store) Load(ctx context.Context, gates []string) (map[string]session.Ga
 	o := &op{kind: opLoad, ctx: ctx, gates: all}
 	if err := s.do(o); err != nil {
 		return o.snaps, err
-	}
-	for name, c := range settings {
-		snap := o.snaps[name]
-		snap.Settings = &c
-		o.snaps[name] = snap
 	}
 	if err := s.loadEvents(ctx, o.snaps); err != nil {
 		return o.snaps, err

@@ -24,12 +24,13 @@ const (
 	opUpdate
 	opLoad
 	opPurge
-	opFunc   // fn runs in the transaction (events.go)
-	opNotify // outbox.go
+	opFunc     // fn runs in the transaction (events.go)
+	opNotify   // outbox.go
+	opSettings // settings.go
 )
 
 func (k opKind) String() string {
-	return [...]string{"op", "join", "leave", "release", "touch", "update", "load", "purge", "func", "notify"}[k]
+	return [...]string{"op", "join", "leave", "release", "touch", "update", "load", "purge", "func", "notify", "settings"}[k]
 }
 
 // op is one operation queued for the writer, with its answer.
@@ -46,6 +47,9 @@ type op struct {
 	updIn   updateStep
 	upd     updateStep
 	fn      func(ctx context.Context, b *batch) error // opFunc
+	// settings are opSettings's: the gate's new runtime settings, nil to
+	// forget them.
+	settings *session.GateConfig
 
 	sess  session.Session
 	snaps map[string]session.GateSnapshot
@@ -78,12 +82,12 @@ const (
 	sqlWaiters    = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND status = 0 AND position >= $2 ORDER BY position LIMIT $3`
 	sqlBounds     = `SELECT min(position), max(position) FROM anteroom_sessions WHERE gate = $1 AND status = 0`
 	sqlEnsure     = `INSERT INTO anteroom_gates (name) SELECT n FROM unnest($1::text[]) AS n ORDER BY n ON CONFLICT (name) DO NOTHING`
-	sqlLock       = `SELECT name, next_position, active, waiting, seq FROM anteroom_gates WHERE name = ANY($1) ORDER BY name FOR UPDATE`
+	sqlLock       = `SELECT name, next_position, active, waiting, seq, pace_tokens, pace_at FROM anteroom_gates WHERE name = ANY($1) ORDER BY name FOR UPDATE`
 	sqlDelete     = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`
 	sqlUpsert     = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify)
 		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[])
 		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active, claim_deadline = EXCLUDED.claim_deadline, notify = EXCLUDED.notify`
-	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5 WHERE name = $1`
+	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
 	sqlOutbox   = `INSERT INTO anteroom_commits (gate, seq, payload) VALUES ($1, $2, $3)`
 	sqlNotify   = `SELECT pg_notify('` + channel + `', $1)`
 	// The purges select exactly the rows session.StaleReason calls stale,
@@ -129,11 +133,13 @@ func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, erro
 type gateTx struct {
 	name   string
 	c      session.Counters
-	pace   session.Pace // the instance's pacing of the gate; kept when the transaction commits
+	pace   session.Pace // the gate's pacing, shared by every instance (its row)
 	seq    int64
 	save   bool // counters changed
 	report bool // rows changed: a new seq, an outbox row, a notification
 	events []session.Event
+	// settings is the change of runtime settings an opSettings made.
+	settings *settingsChange
 }
 
 type key struct{ gate, id string }
@@ -278,11 +284,14 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 		}
 		for rows.Next() {
 			g := &gateTx{}
-			if err := rows.Scan(&g.name, &g.c.NextPosition, &g.c.Active, &g.c.Waiting, &g.seq); err != nil {
+			var paceAt int64
+			if err := rows.Scan(&g.name, &g.c.NextPosition, &g.c.Active, &g.c.Waiting, &g.seq, &g.pace.Tokens, &paceAt); err != nil {
 				rows.Close()
 				return lc, err
 			}
-			g.pace = s.pace[g.name]
+			if paceAt != 0 {
+				g.pace.At = time.Unix(0, paceAt)
+			}
 			b.gates[g.name] = g
 		}
 		rows.Close()
@@ -325,9 +334,6 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return lc, fmt.Errorf("commit: %w", err)
-	}
-	for name, g := range b.gates {
-		s.pace[name] = g.pace
 	}
 	return lc, nil
 }
@@ -470,6 +476,9 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 type payload struct {
 	Events []wireEvent `json:"e,omitempty"`
 	State  wireState   `json:"s"`
+	// Settings: the commit changed the gate's runtime settings (see
+	// wireSettings).
+	Settings *wireSettings `json:"g,omitempty"`
 }
 
 type wireEvent struct {
@@ -567,14 +576,26 @@ func (s *Store) finish(ctx context.Context, b *batch) (session.Commit, map[strin
 				c.Gates, seqs = map[string]session.GateState{}, map[string]int64{}
 			}
 			c.Gates[name], seqs[name] = st, g.seq
-			body, err := json.Marshal(toWire(g.events, st))
+			p := toWire(g.events, st)
+			note := fmt.Sprintf("%d %s", g.seq, name)
+			if g.settings != nil {
+				if err := s.finishSettings(ctx, b, g, st, &c, &p); err != nil {
+					return c, nil, err
+				}
+				note += " " + noteSettings
+			}
+			body, err := json.Marshal(p)
 			if err != nil {
 				return c, nil, err
 			}
 			pb.Queue(sqlOutbox, name, g.seq, body)
-			pb.Queue(sqlNotify, fmt.Sprintf("%d %s", g.seq, name))
+			pb.Queue(sqlNotify, note)
 		}
-		pb.Queue(sqlSaveGate, name, g.c.NextPosition, g.c.Active, g.c.Waiting, g.seq)
+		var paceAt int64
+		if !g.pace.At.IsZero() {
+			paceAt = g.pace.At.UnixNano()
+		}
+		pb.Queue(sqlSaveGate, name, g.c.NextPosition, g.c.Active, g.c.Waiting, g.seq, g.pace.Tokens, paceAt)
 	}
 	s.queueHistory(pb, b.events)
 	if pb.Len() > 0 {
@@ -666,6 +687,8 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		return o.fn(ctx, b)
 	case opNotify:
 		return s.applyNotify(ctx, b, o)
+	case opSettings:
+		return s.applySettings(ctx, b, o)
 	default:
 		return fmt.Errorf("unknown op %d", o.kind)
 	}
@@ -901,7 +924,13 @@ func (s *Store) applyLoad(ctx context.Context, b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting}
+		// The settings under the gate's lock, so that a change committed
+		// after the load reaches the listener and none before it does.
+		settings, err := readSettings(ctx, b.tx, name)
+		if err != nil {
+			return err
+		}
+		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting, Settings: settings}
 	}
 	return nil
 }

@@ -94,6 +94,7 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("EventReasons", func(t *testing.T) { testEventReasons(t, open) })
 	t.Run("Modes", func(t *testing.T) { testModes(t, open) })
 	t.Run("Pacing", func(t *testing.T) { testPacing(t, open) })
+	t.Run("PacePersists", func(t *testing.T) { testPacePersists(t, open) })
 	t.Run("GateSettings", func(t *testing.T) { testGateSettings(t, open) })
 	t.Run("RuntimeSettings", func(t *testing.T) { testRuntimeSettings(t, open) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, open) })

@@ -17,9 +17,9 @@ import (
 // The SQL of the writer. Every statement is prepared once on the writer
 // connection at Open.
 const (
-	sqlSelectGate = `SELECT next_position, active, waiting FROM gates WHERE name = ?`
+	sqlSelectGate = `SELECT next_position, active, waiting, pace_tokens, pace_at FROM gates WHERE name = ?`
 	sqlInsertGate = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
-	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ? WHERE name = ?`
+	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ? WHERE name = ?`
 	// The first waiting position is sought from a lower bound the writer
 	// keeps (every active position is below every waiting one, so without it
 	// the search would step over the whole active set); the last, from the

@@ -24,12 +24,13 @@ func (s *Store) gate(b *batch, name string) (*gateEntry, error) {
 	}
 	if e == nil {
 		e = &gateEntry{name: name}
-		var dest [3]driver.Value
+		var dest [5]driver.Value
 		found, err := s.wc.queryRow(s.wc.selectGate, dest[:], name)
 		switch {
 		case err != nil:
 		case found:
 			e.c = session.Counters{NextPosition: asInt(dest[0]), Active: asInt(dest[1]), Waiting: asInt(dest[2])}
+			e.pace = paceOf(dest[3], dest[4])
 		default:
 			if _, err = s.wc.exec(s.wc.insertGate, name); err == nil {
 				e.c = session.Counters{NextPosition: 1}
@@ -70,7 +71,8 @@ func (s *Store) finish(b *batch) (map[string]session.GateState, error) {
 		e.inBatch = false
 		if e.save {
 			e.save = false
-			if _, err := s.wc.exec(s.wc.updateGate, e.c.NextPosition, e.c.Active, e.c.Waiting, e.name); err != nil {
+			tokens, at := paceRow(e.pace)
+			if _, err := s.wc.exec(s.wc.updateGate, e.c.NextPosition, e.c.Active, e.c.Waiting, tokens, at, e.name); err != nil {
 				return nil, fmt.Errorf("save gate %q: %w", e.name, err)
 			}
 		}

@@ -122,8 +122,9 @@ type gateEntry struct {
 	// unknown), where the search for it starts: positions never move, and
 	// no session goes from active back to waiting, so it stays one.
 	lb int64
-	// pace is the gate's admission pacing (session.Pace), kept in memory
-	// only: it is restored with the rest of the entry when an op is undone.
+	// pace is the gate's admission pacing (session.Pace), saved with the
+	// counters (pace.go); it is restored with the rest of the entry when an
+	// op is undone.
 	pace session.Pace
 
 	inBatch bool // listed in batch.touched
