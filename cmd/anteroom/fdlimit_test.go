@@ -159,7 +159,21 @@ func TestHealthzAnswersWhile600IdleConnectionsAreOpenUnderUlimit512(t *testing.T
 	assert.Less(t, openFiles(t, pid), 256+64, "the cap (256 per address) bounds the descriptors")
 	assert.NotContains(t, log.String(), "too many open files", "the sidecar never ran out of descriptors")
 
-	// The sidecar still works as a proxy for a browser afterwards.
+	// The sidecar still works as a proxy for a browser afterwards, once it
+	// is ready (on a loaded machine it may still be loading its sessions:
+	// the listener answers from the start).
+	ready := false
+	for deadline := time.Now().Add(60 * time.Second); !ready && time.Now().Before(deadline); {
+		if resp, err := client.Get("http://" + addr + "/readyz"); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			ready = resp.StatusCode == http.StatusOK
+		}
+		if !ready {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	require.True(t, ready, "the sidecar became ready within 60s\n%s", log.tail(4<<10))
 	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
 	require.NoError(t, err)
 	req.Header.Set("Accept", "text/html")
