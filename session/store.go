@@ -86,6 +86,8 @@ type GateSnapshot struct {
 	Active []Session
 	// Waiting holds the positions of the waiting sessions, ascending.
 	Waiting []int64
+	// PriorityWaiting holds those of Waiting in the priority lane, ascending.
+	PriorityWaiting []int64
 	// Settings are the gate's persisted runtime settings (SaveGateSettings),
 	// nil when never saved or forgotten.
 	Settings *GateConfig

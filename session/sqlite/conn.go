@@ -25,27 +25,27 @@ const (
 	// the search would step over the whole active set); the last, from the
 	// end of the gate's range.
 	sqlBounds       = `SELECT (SELECT position FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT 1), (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 ORDER BY position DESC LIMIT 1)`
-	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ? AND position = ? AND id = ?`
+	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline, lane FROM sessions WHERE gate = ? AND position = ? AND id = ?`
 	sqlRowExists    = `SELECT 1 FROM sessions WHERE gate = ? AND position = ?`
-	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at, claim_deadline) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at, claim_deadline, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ?, claim_deadline = ? WHERE gate = ? AND position = ?`
 	sqlDeleteRow    = `DELETE FROM sessions WHERE gate = ? AND position = ?`
-	sqlFirstWaiters = `SELECT position, id, status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT ?3`
+	sqlFirstWaiters = `SELECT position, id, status, last_active, created_at, claim_deadline, lane FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT ?3`
 	// The purges select exactly the rows session.StaleReason calls stale,
 	// with the cutoffs of session.StaleCutoffs: a waiter last seen before
 	// ?2; an active session last seen before ?2, or unclaimed past its
 	// deadline at ?4. A row without last_active (written before 0003) is
 	// last seen at its creation.
-	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND coalesce(last_active, created_at) < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline`
-	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND (coalesce(last_active, created_at) < ?2 OR claim_deadline < ?4) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline`
-	sqlActive       = `SELECT position, id, status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ? AND status = 1 ORDER BY position`
+	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND coalesce(last_active, created_at) < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, lane`
+	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND (coalesce(last_active, created_at) < ?2 OR claim_deadline < ?4) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, lane`
+	sqlActive       = `SELECT position, id, status, last_active, created_at, claim_deadline, lane FROM sessions WHERE gate = ? AND status = 1 ORDER BY position`
 	sqlWaitingPos   = `SELECT position FROM sessions WHERE gate = ? AND status = 0 ORDER BY position`
 	sqlKeys         = `SELECT gate, position, id FROM sessions`
 	sqlIDAt         = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
 	sqlSelectMeta   = `SELECT value FROM meta WHERE key = ?`
 	sqlInsertMeta   = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
 	sqlDeleteMeta   = `DELETE FROM meta WHERE key = ?`
-	sqlAllRows      = `SELECT id, position, status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ?`
+	sqlAllRows      = `SELECT id, position, status, last_active, created_at, claim_deadline, lane FROM sessions WHERE gate = ?`
 )
 
 // stmt is a statement prepared on the writer's driver connection.
@@ -79,6 +79,7 @@ type wconn struct {
 	selectMeta, insertMeta, deleteMeta          *stmt
 	allSettings                                 *stmt
 	checkpoint, truncate, pageSize              *stmt
+	prio                                        priorityStmts
 }
 
 func (w *wconn) prepare(ctx context.Context) error {
@@ -113,7 +114,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		}
 		*p.dst = s
 	}
-	return nil
+	return w.preparePriority(ctx, pc)
 }
 
 // isWrite reports whether the statement q changes rows.
@@ -144,6 +145,7 @@ func (w *wconn) close() error {
 			_ = s.st.Close()
 		}
 	}
+	w.closePriority()
 	err := w.c.Close()
 	w.c = nil
 	return err
@@ -211,10 +213,10 @@ func (w *wconn) queryRow(s *stmt, dest []driver.Value, args ...any) (bool, error
 }
 
 // sessions reads rows of (position, id, status, last_active, created_at,
-// claim_deadline) into out and closes them.
+// claim_deadline, lane) into out and closes them.
 func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) ([]session.Session, error) {
 	defer rows.Close()
-	var dest [6]driver.Value
+	var dest [7]driver.Value
 	for {
 		err := rows.Next(dest[:])
 		if errors.Is(err, io.EOF) {
@@ -230,6 +232,7 @@ func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) (
 			lastActive: asNullInt(dest[3]),
 			createdAt:  asInt(dest[4]),
 			claim:      asNullInt(dest[5]),
+			lane:       asInt(dest[6]),
 		}
 		out = append(out, r.session(gate))
 	}
@@ -290,6 +293,7 @@ type rawRow struct {
 	lastActive sql.NullInt64
 	createdAt  int64
 	claim      sql.NullInt64
+	lane       int64
 }
 
 func (r *rawRow) session(gate string) session.Session {
@@ -299,6 +303,7 @@ func (r *rawRow) session(gate string) session.Session {
 		Position:  r.position,
 		Status:    session.StatusWaiting,
 		CreatedAt: fromNanos(r.createdAt),
+		Lane:      session.Lane(r.lane),
 	}
 	if r.status == dbActive {
 		s.Status = session.StatusActive
@@ -315,7 +320,7 @@ func (r *rawRow) session(gate string) session.Session {
 // scanSession scans a row of sqlSelectRow read through database/sql.
 func scanSession(row *sql.Row, gate, id string, position int64) (session.Session, error) {
 	r := rawRow{id: id, position: position}
-	if err := row.Scan(&r.status, &r.lastActive, &r.createdAt, &r.claim); err != nil {
+	if err := row.Scan(&r.status, &r.lastActive, &r.createdAt, &r.claim, &r.lane); err != nil {
 		return session.Session{}, err
 	}
 	return r.session(gate), nil

@@ -116,13 +116,13 @@ func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 	if !ok {
 		return nil, sl, nil
 	}
-	var dest [4]driver.Value
+	var dest [5]driver.Value
 	found, err := s.wc.queryRow(s.wc.selectRow, dest[:], gate, pos, id)
 	if err != nil {
 		return nil, sl, fmt.Errorf("read session: %w", err)
 	}
 	if found {
-		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2]), claim: asNullInt(dest[3])}
+		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2]), claim: asNullInt(dest[3]), lane: asInt(dest[4])}
 		sess := r.session(gate)
 		return &sess, sl, nil
 	}
@@ -147,7 +147,7 @@ func (s *Store) write(e *gateEntry, out session.Outcome, sl slot) error {
 	case session.ActionNone:
 		return nil
 	case session.ActionInsert:
-		_, err = s.wc.exec(s.wc.insertRow, e.name, r.Position, r.ID, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano(), nullNanos(r.ClaimDeadline))
+		_, err = s.wc.exec(s.wc.insertRow, e.name, r.Position, r.ID, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano(), nullNanos(r.ClaimDeadline), int64(r.Lane))
 		if err == nil {
 			s.idx.put(e.name, r.ID, sl, r.Position)
 		}
@@ -201,6 +201,12 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	out, err := session.DecideJoin(o.cfg, e.c, e.pace, existing, o.id, normTime(o.now))
 	if err != nil {
 		return err // a domain refusal (gate_closed), before any write
+	}
+	if o.code != "" {
+		out, err = s.applyCode(e, o, out) // reads the code, decides its lane, writes its use
+		if err != nil {
+			return err
+		}
 	}
 	if err := s.write(e, out, sl); err != nil {
 		return err
@@ -278,7 +284,13 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 	if n <= 0 {
 		return 0, nil
 	}
-	rows, err := s.wc.query(s.wc.firstWaiters, e.name, e.lb, n)
+	// The priority lane first (session.PromotionLanes); the normal lane gets
+	// what it leaves, and only once it is empty.
+	done, err := s.promotePriority(b, e, cfg, n, now)
+	if err != nil || done == n {
+		return done, err
+	}
+	rows, err := s.wc.query(s.wc.firstWaiters, e.name, e.lb, n-done)
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
@@ -295,7 +307,7 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 		e.lb = w.Position + 1
 	}
 	_, e.pace = e.pace.Allow(cfg, int64(len(b.rows)), now)
-	return int64(len(b.rows)), nil
+	return done + int64(len(b.rows)), nil
 }
 
 func (s *Store) applyTouch(b *batch, o *op) error {
@@ -483,6 +495,9 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 			return err
 		}
 		snap := session.GateSnapshot{State: st, Active: active, Waiting: waiting}
+		if snap.PriorityWaiting, err = s.priorityPositions(name); err != nil {
+			return err
+		}
 		if c, ok := settings[name]; ok {
 			snap.Settings = &c
 		}

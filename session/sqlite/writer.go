@@ -27,6 +27,7 @@ const (
 	opPurge
 	opProbe
 	opSettings
+	opCodes
 )
 
 func (k opKind) String() string {
@@ -51,6 +52,8 @@ func (k opKind) String() string {
 		return "probe"
 	case opSettings:
 		return "settings"
+	case opCodes:
+		return "codes"
 	}
 	return "op"
 }
@@ -68,6 +71,8 @@ type op struct {
 	gates   []string
 	gen     func() ([]byte, error)
 	setting *session.GateConfig // opSettings: what to save; nil deletes
+	code    string              // opJoin: the priority code given, "" none
+	codes   *codeOp             // opCodes: the request and its answer; opJoin: the code's answer
 	updIn   updateStep          // where an update step starts
 	upd     updateStep          // where it ended, and what it did
 
@@ -386,6 +391,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = s.applyProbe()
 	case opSettings:
 		err = s.applySettings(o)
+	case opCodes:
+		err = s.applyCodes(o)
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
