@@ -68,6 +68,9 @@ type Store interface {
 
 	// Close flushes and closes the Store. Calls after it return ErrUnavailable.
 	Close() error
+
+	// CodeStore: priority codes and the priority lane (priority.go).
+	CodeStore
 }
 
 // ReadyChecker is implemented by a Store that can tell whether it can serve

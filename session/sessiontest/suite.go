@@ -96,6 +96,7 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("Pacing", func(t *testing.T) { testPacing(t, open) })
 	t.Run("GateSettings", func(t *testing.T) { testGateSettings(t, open) })
 	t.Run("RuntimeSettings", func(t *testing.T) { testRuntimeSettings(t, open) })
+	t.Run("Priority", func(t *testing.T) { testPriority(t, open) })
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a
