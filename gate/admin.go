@@ -68,6 +68,7 @@ func (s *Server) adminRoutes(e *echo.Echo) error {
 	e.DELETE(b+"/gates/:gate", s.adminRemoveGate, mw...)
 	e.DELETE(b+"/gates/:gate/settings", s.adminResetGate, mw...)
 	e.DELETE(b+"/gates/:gate/sessions/:session", s.adminEndSession, mw...)
+	s.adminCodeRoutes(e, b, mw)
 	// Anything else under the API: authorised first, so that an outsider
 	// cannot map the routes.
 	e.Any(b, func(echo.Context) error { return apiError(codeRouteNotFound, "no such admin route") }, mw...)

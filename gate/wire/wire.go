@@ -72,11 +72,11 @@ func Status(code session.Code) int {
 		return http.StatusUnauthorized
 	case session.CodeNotActive, CodeCrossOrigin:
 		return http.StatusForbidden
-	case session.CodeUnknownGate, session.CodeNotFound, CodeRouteNotFound:
+	case session.CodeUnknownGate, session.CodeNotFound, CodeRouteNotFound, session.CodeCodeUnknown:
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case session.CodeGateExists, session.CodeGateInUse:
+	case session.CodeGateExists, session.CodeGateInUse, session.CodeCodeUsed, session.CodeCodeExists:
 		return http.StatusConflict
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge
