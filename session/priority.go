@@ -260,3 +260,15 @@ func (v GlobalView) EstimatePlaceIn(lane Lane, position int64) int64 {
 	}
 	return v.EstimatePlace(position)
 }
+
+// ServedBefore is how many waiters are admitted before a waiter at place in
+// its lane, on which its wait is estimated (place / AdmittedPerMinute): the
+// place itself in the priority lane; in the normal lane, the place plus the
+// priority lane's waiters, who go first. The place shown never rises; this
+// may, and the wait with it, which is the honest answer.
+func (v GlobalView) ServedBefore(lane Lane, place int64) int64 {
+	if lane == LanePriority || v.Priority == nil {
+		return place
+	}
+	return place + max(0, v.Priority.Waiting)
+}
