@@ -208,7 +208,6 @@ func (s *Server) issueCode(c echo.Context) error {
 	return s.createCode(c, gate, req)
 }
 
-
 // cmpOr returns o, or def when o is off.
 func cmpOr(o, def RateLimitOptions) RateLimitOptions {
 	if o.PerSecond <= 0 {

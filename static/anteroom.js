@@ -21,10 +21,8 @@
  *   data-text-slower    why the ETA grew a lot  "Fewer people were let in over the last minutes."
  *   data-text-faster    why it shrank a lot     "More people were let in lately."
  *   data-text-retry     while the server is unreachable  "Reconnecting..."
- *   data-code           a priority code to join with (also ?anteroom_code= in
- *                       the page's URL, which the snippet then removes from it)
- *   data-text-code-bad  the code gave no priority  "Your code could not be used; you are in the regular line."
- *   data-text-priority  under the heading in the priority lane  "Priority line"
+ *   data-code           priority code (or ?anteroom_code=, then removed from the URL)
+ *   data-text-code-bad, data-text-priority  (README: priority codes)
  *
  * Presence: hiding the tab is no departure. The socket stays open while the
  * tab is hidden and while admitted (an open socket is the session's sign of
@@ -33,12 +31,9 @@
  * which keeps the place. Only pagehide of a waiting page sends a leave.
  *
  * API: window.anteroom = {state, view, place, gate, base, join(), leave(), release(),
- *   on(event, fn), estimatePlace(globalView, position),
- *   estimatePlaceIn(globalView, lane, position), servedBefore(globalView, lane, place), codeError}
+ *   on(event, fn), estimatePlace(globalView, position), estimatePlaceIn, servedBefore, codeError}
  *   state: "joining" | "waiting" | "active" | "left"; view: the last SessionView;
- *   place: the place shown while waiting, in the session's lane ("normal" or
- *   "priority", view.lane); codeError: the error code of a join whose code gave
- *   no priority ("code_unknown", "code_used"; the join happened), else "".
+ *   place: the place shown while waiting (in its lane, view.lane).
  *   on("waiting"|"update"|"active"|"left", fn(view)) returns an unsubscribe function.
  *   The same events are dispatched on document as CustomEvent "anteroom:<event>".
  * DOM: #anteroom-overlay (overlay root; or the target gets class anteroom-waiting),
@@ -73,7 +68,7 @@
     slower: opt('text-slower', 'Fewer people were let in over the last minutes.'),
     faster: opt('text-faster', 'More people were let in lately.'),
     retry: opt('text-retry', 'Reconnecting\u2026'),
-    codeBad: opt('text-code-bad', 'Your code could not be used; you are in the regular line.'),
+    codeBad: opt('text-code-bad', 'Your code could not be used.'),
     priority: opt('text-priority', 'Priority line'),
   };
   const fill = (t, o) => t.replace(/\{(\w+)\}/g, (m, k) => (k in o ? String(o[k]) : m));
@@ -97,19 +92,16 @@
   // The place shown, and the last exact one the server counted (0: none).
   let place = 0, exact = 0, exactPos = 0;
   const listeners = {};
-  // A priority code given once, with the first join (a later join of the
-  // same session would not use it): data-code, or ?anteroom_code= of the
-  // page, removed from the address bar so that it is not shared or kept.
-  let code = opt('code', '');
-  let codeError = '';
+  // A priority code, sent with the first join only; kept out of the URL.
+  let code = opt('code', ''), codeError = '';
   try {
-    const u = new URL(location.href);
-    if (u.searchParams.has('anteroom_code')) {
-      code = code || u.searchParams.get('anteroom_code');
-      u.searchParams.delete('anteroom_code');
+    const u = new URL(location.href), q = u.searchParams;
+    if (q.has('anteroom_code')) {
+      code = code || q.get('anteroom_code');
+      q.delete('anteroom_code');
       history.replaceState(history.state, '', u.pathname + u.search + u.hash);
     }
-  } catch (e) { /* no URL API: data-code only */ }
+  } catch (e) { /* data-code only */ }
 
   function resolveBase(b) {
     if (b == null && me && me.src) {
@@ -161,21 +153,15 @@
     if (joining || state === 'left') return;
     joining = true;
     try {
-      const body = code ? { gate, code } : { gate };
-      const res = await api('POST', '/api/join', body);
-      // A code that gave no priority (404 code_unknown, 409 code_used): the
-      // join happened all the same, and the body is its view.
-      const bad = code && (res.status === 404 || res.status === 409) ? await readJSON(res) : null;
-      if (bad && isView(bad) && bad.error) {
-        code = '';
-        codeError = String(bad.error.code || 'code_unknown');
-        joinFails = 0;
-        const v = Object.assign({}, bad);
-        delete v.error;
-        onView(v); // renders T.codeBad under the place while waiting
-        return;
+      const res = await api('POST', '/api/join', code ? { gate, code } : { gate });
+      // 404 code_unknown / 409 code_used: joined all the same, body a view.
+      const b = code && (res.status === 404 || res.status === 409) ? await readJSON(res) : null;
+      if (isView(b) && b.error) {
+        codeError = String(b.error.code);
+        delete b.error;
       }
-      if (res.ok) code = '';
+      if (res.ok || codeError) code = '';
+      if (codeError && isView(b)) return onView(b);
       if (!res.ok) {
         // 429/5xx are passing trouble; other errors (a bad gate...) are not.
         if (res.status === 429 || res.status >= 500) retryJoin(retryAfter(res, 0));
@@ -590,27 +576,16 @@
     return ahead + 1;
   }
 
-  // A lane's part of a global view: the view itself for the normal lane
-  // (its fields describe the normal lane), view.priority for the priority
-  // lane (null while nobody waits in it).
-  function laneView(g, lane) {
-    if (!g) return null;
-    return lane === 'priority' ? (g.priority && typeof g.priority === 'object' ? g.priority : null) : g;
-  }
-  // estimatePlaceIn is session.GlobalView.EstimatePlaceIn: estimatePlace in
-  // the lane's part of the view.
+  // A lane's part of a view (session/priority.go): the view for the normal
+  // lane, view.priority for the priority lane (absent while empty).
+  const laneView = (g, lane) => (lane === 'priority' ? (g && typeof g.priority === 'object' && g.priority) || null : g);
+  // session.GlobalView.EstimatePlaceIn and ServedBefore (what the wait is on).
   function estimatePlaceIn(g, lane, position) {
     const lv = laneView(g, lane);
     return lv ? estimatePlace(lv, position) : 0;
   }
-  // servedBefore is session.GlobalView.ServedBefore: how many are admitted
-  // before a waiter at place in its lane, what the wait is estimated on (the
-  // priority lane goes first; the place shown is the lane's own).
-  function servedBefore(g, lane, place) {
-    place = num(place);
-    if (lane === 'priority' || !g || !g.priority) return place;
-    return place + Math.max(0, num(g.priority.waiting));
-  }
+  const servedBefore = (g, lane, place) => num(place) +
+    (lane === 'priority' || !g || !g.priority ? 0 : Math.max(0, num(g.priority.waiting)));
 
   // The place shown: the server's exact place from every SessionView (join,
   // status, session messages); between them, the estimate from the global
@@ -675,8 +650,6 @@
     // People ahead left when the place is below Convex's upper bound.
     const left = num(view.position) - num(lv.firstWaitingPosition) + 1 - p;
     if (left > 0) hint.push(fill(T.left, { left }));
-    // The wait counts the priority lane, served first: it may grow while the
-    // place shown never does.
     hint.push(...etaLines(servedBefore(view, view.lane, p), Number(view.admittedPerMinute) || 0));
     ui.hint.textContent = hint.join(' ');
     maxPlace = Math.max(maxPlace, p);
