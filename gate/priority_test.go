@@ -245,3 +245,47 @@ func TestPriorityCodeAdminHostileBodies(t *testing.T) {
 	assert.Len(t, c["code"], 26)
 	assert.Equal(t, float64(1), c["maxUses"])
 }
+
+// Fifty browsers join at once with a one-use code: exactly one gets the
+// priority lane, the others 409 code_used, and every one of them joined.
+func TestPriorityCodeOneUseFiftyConcurrentJoins(t *testing.T) {
+	ah, h := newCodeHarness(t, func(o *gate.Options) { o.CodeRateLimit = gate.RateLimitOptions{PerSecond: 1000, Burst: 1000} })
+	ah.createCode("default", `{"code":"only-one-wins","uses":1}`)
+	h.join(t, newClient(t))
+	const n = 50
+	statuses := make([]int, n)
+	lanes := make([]any, n)
+	done := make(chan int, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			r := joinWith(t, h, newClient(t), "only-one-wins")
+			statuses[i], lanes[i] = r.status, r.body["lane"]
+			done <- i
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		<-done
+	}
+	ok, used, prio := 0, 0, 0
+	for i := range statuses {
+		switch statuses[i] {
+		case http.StatusOK:
+			ok++
+		case http.StatusConflict:
+			used++
+		default:
+			t.Errorf("join %d: status %d", i, statuses[i])
+		}
+		if lanes[i] == "priority" {
+			prio++
+		}
+	}
+	assert.Equal(t, 1, ok)
+	assert.Equal(t, n-1, used)
+	assert.Equal(t, 1, prio)
+	g, err := h.waitlist.Global("default")
+	require.NoError(t, err)
+	require.NotNil(t, g.Priority)
+	assert.Equal(t, int64(1), g.Priority.Waiting)
+	assert.Equal(t, int64(n-1), g.Waiting)
+}
