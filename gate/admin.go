@@ -165,7 +165,7 @@ func adminGateOf(st session.GateStats) AdminGate {
 		SettingsSource:       src,
 		Mode:                 mode,
 		Active:               st.View.Active,
-		Waiting:              st.View.Waiting,
+		Waiting:              st.View.AllWaiting(), // both lanes
 		Limit:                c.ActiveLimit,
 		OverLimit:            st.View.Active > c.ActiveLimit,
 		FirstWaitingPosition: st.View.FirstWaitingPosition,

@@ -94,6 +94,9 @@ func TestPriorityCodesEndToEnd(t *testing.T) {
 	assert.Equal(t, "waiting", re.body["status"])
 	assert.Equal(t, float64(3), re.body["place"])
 
+	// The admin API counts the waiters of both lanes.
+	assert.Equal(t, int64(4), ah.gate("default").Waiting)
+
 	// A released slot goes to the priority lane first.
 	r := do(t, a, http.MethodPost, h.url+base+"/api/release", "", "")
 	require.Equal(t, http.StatusNoContent, r.status, r.raw)

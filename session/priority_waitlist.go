@@ -5,16 +5,6 @@ import (
 	"time"
 )
 
-// codeStore returns the Store's CodeStore, or an ErrUnavailable-coded error
-// when the Store keeps no codes.
-func (w *Waitlist) codeStore() (CodeStore, error) {
-	cs, ok := w.store.(CodeStore)
-	if !ok {
-		return nil, Errorf(CodeUnavailable, "this store keeps no priority codes")
-	}
-	return cs, nil
-}
-
 // JoinWithCode is Join where the join gives a priority code: a new session
 // that has to wait goes to the priority lane and uses the code once, in the
 // join's transaction. A code that is unknown (ErrCodeUnknown), used up or
@@ -31,16 +21,12 @@ func (w *Waitlist) JoinWithCode(ctx context.Context, gate, id, code string) (vie
 	if err != nil {
 		return SessionView{}, nil, err
 	}
-	cs, err := w.codeStore()
-	if err != nil {
-		return SessionView{}, nil, err
-	}
 	if !ValidCode(code) {
 		// Never looked up: it cannot exist. The join goes on.
 		view, err = w.Join(ctx, gate, id)
 		return view, Errorf(CodeCodeUnknown, "no such code in this gate"), err
 	}
-	s, codeErr, err := cs.JoinWithCode(ctx, g.config(), id, code, w.clock.Now())
+	s, codeErr, err := w.store.JoinWithCode(ctx, g.config(), id, code, w.clock.Now())
 	if err != nil {
 		return SessionView{}, nil, err
 	}
@@ -58,16 +44,12 @@ func (w *Waitlist) CreateCode(ctx context.Context, gate, code, label string, use
 	if w.closed.Load() {
 		return PriorityCode{}, ErrUnavailable
 	}
-	cs, err := w.codeStore()
-	if err != nil {
-		return PriorityCode{}, err
-	}
 	now := w.clock.Now()
 	c, err := NewPriorityCode(gate, code, label, uses, now.Add(ttl), now)
 	if err != nil {
 		return PriorityCode{}, err
 	}
-	if err := cs.CreateCode(ctx, c); err != nil {
+	if err := w.store.CreateCode(ctx, c); err != nil {
 		return PriorityCode{}, err
 	}
 	return c, nil
@@ -82,11 +64,7 @@ func (w *Waitlist) Codes(ctx context.Context, gate string) ([]PriorityCode, erro
 	if w.closed.Load() {
 		return nil, ErrUnavailable
 	}
-	cs, err := w.codeStore()
-	if err != nil {
-		return nil, err
-	}
-	return cs.ListCodes(ctx, gate)
+	return w.store.ListCodes(ctx, gate)
 }
 
 // DeleteCode deletes the gate's code with that id (CodeID). Errors:
@@ -102,9 +80,5 @@ func (w *Waitlist) DeleteCode(ctx context.Context, gate, id string) error {
 	if w.closed.Load() {
 		return ErrUnavailable
 	}
-	cs, err := w.codeStore()
-	if err != nil {
-		return err
-	}
-	return cs.DeleteCode(ctx, gate, id)
+	return w.store.DeleteCode(ctx, gate, id)
 }
