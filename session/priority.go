@@ -149,13 +149,17 @@ type CodeDecision struct {
 
 // DecideCode decides what the code c (nil when the gate has no such code)
 // does for a join whose outcome DecideJoin decided (out): a new session
-// that waits takes the priority lane and uses the code once; a session
-// admitted at once, or an existing one, uses nothing and keeps its lane. A
-// code unknown, used up or expired at now is an error carried in the
-// decision (the join goes on in the normal lane), also when nothing would
-// have been used, so a client learns its code is bad.
+// that waits takes the priority lane and uses the code once; one admitted
+// at once uses nothing. For a new session, a code unknown, used up or
+// expired at now is an error carried in the decision (the join goes on in
+// the normal lane), also when nothing would have been used, so a client
+// learns its code is bad. A session that exists keeps its lane and the code
+// is ignored, error or not: a page that sends its code again on every
+// reload must not be told that the code it used is used up.
 func DecideCode(c *PriorityCode, out Outcome, now time.Time) CodeDecision {
 	switch {
+	case out.Action != ActionInsert:
+		return CodeDecision{}
 	case c == nil:
 		return CodeDecision{Err: Errorf(CodeCodeUnknown, "no such code in this gate")}
 	case c.Used >= c.MaxUses:

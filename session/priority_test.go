@@ -36,7 +36,8 @@ func TestDecideCode(t *testing.T) {
 		{"expired", code(0, 1, now.Add(-time.Nanosecond)), waits, LaneNormal, false, ErrCodeUsed},
 		{"admitted at once uses nothing", code(0, 1, later), admitted, LaneNormal, false, nil},
 		{"an existing session keeps its lane", code(0, 1, later), existing, LaneNormal, false, nil},
-		{"an existing session with a bad code", code(1, 1, later), existing, LaneNormal, false, ErrCodeUsed},
+		{"an existing session with a used code: ignored", code(1, 1, later), existing, LaneNormal, false, nil},
+		{"an existing session with an unknown code: ignored", nil, existing, LaneNormal, false, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -113,10 +113,14 @@ func testPriorityLane(t *testing.T, open Opener) {
 	n5, codeErr := h.joinCode(cfg, "n5", "soon-expired")
 	require.ErrorIs(t, codeErr, session.ErrCodeUsed, "expired")
 	assert.Equal(t, session.LaneNormal, n5.Lane)
-	// A session that exists keeps its lane and uses nothing.
-	again, codeErr := h.joinCode(cfg, "n1", "soon-expired")
-	require.ErrorIs(t, codeErr, session.ErrCodeUsed)
+	// A session that exists keeps its lane, uses nothing and hears nothing
+	// of the code (a page resending the code it used on every reload).
+	again, codeErr := h.joinCode(cfg, "n1", "vip-two-uses")
+	require.NoError(t, codeErr)
 	assert.Equal(t, session.LaneNormal, again.Lane)
+	again, codeErr = h.joinCode(cfg, "p1", "vip-two-uses")
+	require.NoError(t, codeErr, "p1 reloads with the code it used up")
+	assert.Equal(t, session.LanePriority, again.Lane)
 
 	assert.Equal(t, session.LanePriority, h.mustGet(gateName, "p1").Lane, "Get reads the lane")
 	snap := h.snapshot(gateName)
