@@ -73,6 +73,7 @@ func (s *Server) adminRoutes(e *echo.Echo) error {
 	e.GET(b+"/gates/:gate/history", s.adminHistory, mw...)
 	e.POST(b+"/feed/ticket", s.adminFeedTicket, mw...)
 	e.GET(b+"/feed", s.adminFeedSocket, mw[:2]...) // a ticket, not the token (adminfeed.go)
+	s.adminCodeRoutes(e, b, mw)
 	// Anything else under the API: authorised first, so that an outsider
 	// cannot map the routes.
 	e.Any(b, func(echo.Context) error { return apiError(codeRouteNotFound, "no such admin route") }, mw...)
@@ -178,7 +179,7 @@ func adminGateOf(st session.GateStats) AdminGate {
 		SettingsSource:       src,
 		Mode:                 mode,
 		Active:               st.View.Active,
-		Waiting:              st.View.Waiting,
+		Waiting:              st.View.AllWaiting(), // both lanes
 		Limit:                c.ActiveLimit,
 		OverLimit:            st.View.Active > c.ActiveLimit,
 		FirstWaitingPosition: st.View.FirstWaitingPosition,

@@ -69,6 +69,9 @@ type Options struct {
 	APIKeys []string
 	// RateLimit bounds the client API per client IP.
 	RateLimit RateLimitOptions
+	// CodeRateLimit bounds the joins that give a priority code, per client
+	// IP, whatever RateLimit says. Default: 10 a minute, bursts of 5.
+	CodeRateLimit RateLimitOptions
 	// AllowedOrigins are the origins besides the sidecar's own whose pages
 	// may call the state-changing API (join, leave, release, ticket): host
 	// patterns as for the websocket (path.Match; "scheme://host" patterns
@@ -120,6 +123,8 @@ type Server struct {
 	// limit is the per-IP rate limit of the client API (nil when off); a
 	// proxied page that creates a session spends from it too (allowJoin).
 	limit echo.MiddlewareFunc
+	// codeLimit is the per-IP limit of joins with a priority code.
+	codeLimit echo.MiddlewareFunc
 	// adminToken is the digest of Options.AdminToken; nil when off.
 	adminToken *[sha256.Size]byte
 	// feed is the dashboard's live feed (adminfeed.go); nil when off.
@@ -182,6 +187,8 @@ func New(opts Options) (*Server, error) {
 		limited = append(limited, s.limit)
 	}
 	e.POST(b+"/api/join", s.join, limited...)
+	s.codeLimit = rateLimit(cmpOr(opts.CodeRateLimit, defaultCodeRateLimit))
+	e.POST(b+"/api/codes", s.issueCode, noStore)
 	e.POST(b+"/api/leave", s.leave, limited...)
 	e.POST(b+"/api/release", s.release, limited...)
 	e.POST(b+"/api/ticket", s.ticket, limited...)
@@ -324,6 +331,8 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 type joinRequest struct {
 	Gate      string `json:"gate"`
 	SessionID string `json:"sessionId"`
+	// Code is a priority code (join only; see priority.go).
+	Code string `json:"code"`
 }
 
 // APIKeyHeader carries an API key (Authorization: Bearer works too;
@@ -427,7 +436,12 @@ func (s *Server) join(c echo.Context) error {
 		}
 	}
 	s.note(c, gate, id)
-	view, err := s.opts.Waitlist.Join(r.Context(), gate, id)
+	if req.Code != "" {
+		if err := s.spendCodeAttempt(c); err != nil {
+			return err
+		}
+	}
+	view, codeErr, err := s.opts.Waitlist.JoinWithCode(r.Context(), gate, id, req.Code)
 	if err != nil {
 		return err
 	}
@@ -442,7 +456,7 @@ func (s *Server) join(c echo.Context) error {
 		s.setRetryAfter(c, view)
 	}
 	s.withAdmission(r.Context(), &view)
-	return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
+	return s.answerJoin(c, joinResponse{SessionView: view, Token: tok}, codeErr)
 }
 
 // allowJoin spends one request of the client's per-IP rate limit, the one

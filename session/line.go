@@ -176,3 +176,8 @@ func (l *lineIndex) buckets() []int64 {
 	}
 	return out
 }
+
+// has reports whether a waiter is at position p.
+func (l *lineIndex) has(p int64) bool {
+	return p >= l.base && p-l.base < int64(len(l.slots)) && l.slots[p-l.base] == 1
+}

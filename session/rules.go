@@ -13,9 +13,10 @@ import (
 // active, a waiting session may become active (Promote), and any session may
 // be deleted (DecideRelease, DecidePurge). No rule turns an active session
 // back into a waiting one. Stores rely on it: with positions handed out in
-// order and promotions in position order, every active position of a gate is
-// below every waiting one, so the first waiter can be sought from a lower
-// bound that only grows. sessiontest checks it of every Store.
+// order and each lane promoted in position order (the priority lane first,
+// priority.go), a normal waiter is promoted only once nobody waits below it,
+// so the first waiter can be sought from a lower bound that only grows; the
+// priority lane is sought on its own. sessiontest checks it of every Store.
 
 // Action says what a Store must do with a session row.
 type Action uint8

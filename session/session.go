@@ -41,6 +41,9 @@ type Session struct {
 	// the front. A waiting notify session is not purged for absence, and
 	// its claim window is the gate's NotifyClaimTimeout (see ClaimWindow).
 	Notify bool
+	// Lane is the waiting lane the session joined (LanePriority when it gave
+	// a valid code); it never changes.
+	Lane Lane
 }
 
 // GateConfig is what the rules need to know of a gate.
@@ -227,6 +230,10 @@ type GlobalView struct {
 	// waiters from there up to the next bucket's first position. The counts
 	// add up to Waiting. At most MaxBuckets pairs; empty when nobody waits.
 	Buckets []int64 `json:"buckets,omitempty"`
+	// Priority describes the priority lane, served before the lane above;
+	// nil when nobody waits in it (see priority.go). While it is set, the
+	// fields above describe the normal lane only.
+	Priority *LaneView `json:"priority,omitempty"`
 }
 
 // Equal reports whether two views carry the same values.
@@ -234,7 +241,7 @@ func (v GlobalView) Equal(o GlobalView) bool {
 	same := v.Gate == o.Gate && v.FirstWaitingPosition == o.FirstWaitingPosition &&
 		v.LastWaitingPosition == o.LastWaitingPosition && v.Waiting == o.Waiting &&
 		v.Active == o.Active && v.Limit == o.Limit && v.AdmittedPerMinute == o.AdmittedPerMinute
-	if !same || len(v.Buckets) != len(o.Buckets) {
+	if !same || len(v.Buckets) != len(o.Buckets) || !v.Priority.equal(o.Priority) {
 		return false
 	}
 	for i := range v.Buckets {
@@ -257,11 +264,14 @@ const MinBucketSize = 8
 // plus an interpolation inside its own bucket, plus one. It is 0 when the
 // position is not in the line. The snippet does the same arithmetic.
 func (v GlobalView) EstimatePlace(position int64) int64 {
-	if v.Waiting == 0 || position < v.FirstWaitingPosition || position > v.LastWaitingPosition {
+	return estimatePlace(v.FirstWaitingPosition, v.LastWaitingPosition, v.Waiting, v.Buckets, position)
+}
+
+func estimatePlace(first, last, waiting int64, b []int64, position int64) int64 {
+	if waiting == 0 || position < first || position > last {
 		return 0
 	}
-	off := position - v.FirstWaitingPosition
-	b := v.Buckets
+	off := position - first
 	if len(b) < 2 {
 		// No summary: Convex's upper bound.
 		return off + 1
@@ -269,7 +279,7 @@ func (v GlobalView) EstimatePlace(position int64) int64 {
 	var ahead int64
 	for i := 0; i+1 < len(b); i += 2 {
 		start, count := b[i], b[i+1]
-		end := v.LastWaitingPosition - v.FirstWaitingPosition // last offset of the bucket
+		end := last - first // last offset of the bucket
 		if i+2 < len(b) {
 			end = b[i+2] - 1
 		}
@@ -309,6 +319,9 @@ type SessionView struct {
 	Admission string `json:"admission,omitempty"`
 	// Notify is set while the session is to be called back (SetNotify).
 	Notify bool `json:"notify,omitempty"`
+	// Lane is "priority" for a session of the priority lane (its place
+	// counts that lane: GlobalView.Priority); absent in the normal lane.
+	Lane string `json:"lane,omitempty"`
 }
 
 // String renders the view for logs.

@@ -74,6 +74,8 @@ type Store interface {
 	// HistoryStore: the lifecycle records the Store writes in the
 	// transaction of each commit, from its events (HistoryOf).
 	HistoryStore
+	// CodeStore: priority codes and the priority lane (priority.go).
+	CodeStore
 }
 
 // ReadyChecker is implemented by a Store that can tell whether it can serve
@@ -92,6 +94,8 @@ type GateSnapshot struct {
 	Active []Session
 	// Waiting holds the positions of the waiting sessions, ascending.
 	Waiting []int64
+	// PriorityWaiting holds those of Waiting in the priority lane, ascending.
+	PriorityWaiting []int64
 	// Settings are the gate's persisted runtime settings (SaveGateSettings),
 	// nil when never saved or forgotten.
 	Settings *GateConfig

@@ -115,6 +115,7 @@ type gateMemory struct {
 	// line holds the waiting positions, for exact places; present the
 	// sessions with open sockets or signs of life not yet persisted.
 	line     lineIndex
+	prio     lineIndex // the priority lane's waiting positions (line holds the normal lane's)
 	present  map[string]*presence
 	view     atomic.Pointer[GlobalView]
 	admitted rateWindow
@@ -275,7 +276,7 @@ func (w *Waitlist) newGateMemory(cfg GateConfig, snap GateSnapshot) *gateMemory 
 		}
 		g.active[s.ID] = e
 	}
-	g.line.reset(snap.Waiting)
+	g.resetLines(snap)
 	v := g.globalView(snap.State, w.clock.Now())
 	g.view.Store(&v)
 	return g
@@ -563,7 +564,7 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 // no ids).
 func (g *gateMemory) fillable(cfg GateConfig) bool {
 	v := g.view.Load()
-	return cfg.Mode.Admits() && v.Waiting > 0 && v.Active < cfg.ActiveLimit
+	return cfg.Mode.Admits() && v.AllWaiting() > 0 && v.Active < cfg.ActiveLimit
 }
 
 // Global returns the gate's global view from memory, its admission rate
@@ -862,7 +863,7 @@ func (w *Waitlist) onCommit(c Commit) {
 				e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
 			}
 			if ev.Kind == EventPromoted {
-				g.line.remove(s.Position)
+				g.removeWaiter(s.Position)
 				if p := g.present[s.ID]; p != nil && p.sockets > 0 {
 					// An open socket claims at once.
 					signActive(e, max(la, p.lastSeen))
@@ -885,12 +886,12 @@ func (w *Waitlist) onCommit(c Commit) {
 			g.mu.Unlock()
 		case EventQueued:
 			g.mu.Lock()
-			g.line.add(s.Position)
+			g.addWaiter(s)
 			g.mu.Unlock()
 			g.joined.add(s.CreatedAt, 1)
 		case EventDequeued:
 			g.mu.Lock()
-			g.line.remove(s.Position)
+			g.removeWaiter(s.Position)
 			g.mu.Unlock()
 		}
 	}
@@ -948,15 +949,17 @@ func (g *gateMemory) resync(snap GateSnapshot) {
 		fresh[s.ID] = e
 	}
 	g.active = fresh
-	g.line.reset(snap.Waiting)
+	g.resetLines(snap)
 }
 
 func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
 	g.mu.RLock()
 	buckets := g.line.buckets()
+	st, prio := g.lanes(st)
 	g.mu.RUnlock()
 	cfg := g.cfg.Load()
 	return GlobalView{
+		Priority:             prio,
 		Gate:                 cfg.Name,
 		FirstWaitingPosition: st.FirstWaitingPosition,
 		LastWaitingPosition:  st.LastWaitingPosition,
@@ -980,7 +983,7 @@ func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {
 	switch s.Status {
 	case StatusWaiting:
 		g.mu.RLock()
-		v.Place = g.line.ahead(s.Position) + 1
+		v.Place, v.Lane = g.place(s.Position)
 		g.mu.RUnlock()
 	case StatusActive:
 		d := s.ClaimDeadline

@@ -21,6 +21,8 @@
  *   data-text-slower    why the ETA grew a lot  "Fewer people were let in over the last minutes."
  *   data-text-faster    why it shrank a lot     "More people were let in lately."
  *   data-text-retry     while the server is unreachable  "Reconnecting..."
+ *   data-code           priority code (or ?anteroom_code=, then removed from the URL)
+ *   data-text-code-bad, data-text-priority  (README: priority codes)
  *
  * Presence: hiding the tab is no departure. The socket stays open while the
  * tab is hidden and while admitted (an open socket is the session's sign of
@@ -29,9 +31,9 @@
  * which keeps the place. Only pagehide of a waiting page sends a leave.
  *
  * API: window.anteroom = {state, view, place, gate, base, join(), leave(), release(),
- *   on(event, fn), estimatePlace(globalView, position)}
+ *   on(event, fn), estimatePlace(globalView, position), estimatePlaceIn, servedBefore, codeError}
  *   state: "joining" | "waiting" | "active" | "left"; view: the last SessionView;
- *   place: the place shown while waiting.
+ *   place: the place shown while waiting (in its lane, view.lane).
  *   on("waiting"|"update"|"active"|"admission"|"left", fn(view)) returns an unsubscribe function.
  *   view.admission: the admission token (a JWT) at gates with admission tokens, once
  *   let in; "admission" fires when it arrives after "active" (a promotion).
@@ -68,6 +70,8 @@
     slower: opt('text-slower', 'Fewer people were let in over the last minutes.'),
     faster: opt('text-faster', 'More people were let in lately.'),
     retry: opt('text-retry', 'Reconnecting\u2026'),
+    codeBad: opt('text-code-bad', 'Your code could not be used.'),
+    priority: opt('text-priority', 'Priority line'),
   };
   const fill = (t, o) => t.replace(/\{(\w+)\}/g, (m, k) => (k in o ? String(o[k]) : m));
   // Full-jitter exponential backoff: random in [0, min(cap, base * 2^n)).
@@ -90,6 +94,16 @@
   // The place shown, and the last exact one the server counted (0: none).
   let place = 0, exact = 0, exactPos = 0;
   const listeners = {};
+  // A priority code, sent with the first join only; kept out of the URL.
+  let code = opt('code', ''), codeError = '';
+  try {
+    const u = new URL(location.href), q = u.searchParams;
+    if (q.has('anteroom_code')) {
+      code = code || q.get('anteroom_code');
+      q.delete('anteroom_code');
+      history.replaceState(history.state, '', u.pathname + u.search + u.hash);
+    }
+  } catch (e) { /* data-code only */ }
 
   function resolveBase(b) {
     if (b == null && me && me.src) {
@@ -141,7 +155,15 @@
     if (joining || state === 'left') return;
     joining = true;
     try {
-      const res = await api('POST', '/api/join', { gate });
+      const res = await api('POST', '/api/join', code ? { gate, code } : { gate });
+      // 404 code_unknown / 409 code_used: joined all the same, body a view.
+      const b = code && (res.status === 404 || res.status === 409) ? await readJSON(res) : null;
+      if (isView(b) && b.error) {
+        codeError = String(b.error.code);
+        delete b.error;
+      }
+      if (res.ok || codeError) code = '';
+      if (codeError && isView(b)) return onView(b);
       if (!res.ok) {
         // 429/5xx are passing trouble; other errors (a bad gate...) are not.
         if (res.status === 429 || res.status >= 500) retryJoin(retryAfter(res, 0));
@@ -302,11 +324,13 @@
     if (state !== 'waiting' || (g.gate && g.gate !== gate)) return;
     view = Object.assign({}, view, g);
     delete view.type;
+    if (!g.priority) delete view.priority; // the priority lane emptied
     placeFrom(g, false);
     render();
     emit('update', view);
     // The line moved past us: we were promoted (or purged). Ask, at most every 5s.
-    if (view.position < view.firstWaitingPosition && Date.now() - lastCheck > 5000) {
+    const lv = laneView(view, view.lane);
+    if ((!lv || view.position < num(lv.firstWaitingPosition)) && Date.now() - lastCheck > 5000) {
       lastCheck = Date.now();
       status(false);
     }
@@ -559,6 +583,17 @@
     return ahead + 1;
   }
 
+  // A lane's part of a view (session/priority.go): the view for the normal
+  // lane, view.priority for the priority lane (absent while empty).
+  const laneView = (g, lane) => (lane === 'priority' ? (g && typeof g.priority === 'object' && g.priority) || null : g);
+  // session.GlobalView.EstimatePlaceIn and ServedBefore (what the wait is on).
+  function estimatePlaceIn(g, lane, position) {
+    const lv = laneView(g, lane);
+    return lv ? estimatePlace(lv, position) : 0;
+  }
+  const servedBefore = (g, lane, place) => num(place) +
+    (lane === 'priority' || !g || !g.priority ? 0 : Math.max(0, num(g.priority.waiting)));
+
   // The place shown: the server's exact place from every SessionView (join,
   // status, session messages); between them, the estimate from the global
   // message, never above the last exact place (nobody gets ahead of a
@@ -570,9 +605,10 @@
       exactPos = pos;
       return;
     }
-    const est = estimatePlace(view, pos);
+    const lv = laneView(view, view.lane);
+    const est = estimatePlaceIn(view, view.lane, pos);
     if (est > 0) place = exact > 0 && exactPos === pos ? Math.min(exact, est) : est;
-    else if (!place) place = Math.max(1, num(view.position) - num(view.firstWaitingPosition) + 1);
+    else if (!place && lv) place = Math.max(1, num(view.position) - num(lv.firstWaitingPosition) + 1);
   }
 
   // An estimate needs evidence: the sidecar reports admittedPerMinute 0
@@ -611,14 +647,17 @@
   function render() {
     if (!ui || !view || state !== 'waiting') return;
     const p = Math.max(1, place);
-    const waiting = num(view.waiting);
+    const lv = laneView(view, view.lane) || { waiting: p, firstWaitingPosition: view.position };
+    const waiting = num(lv.waiting);
     const total = Math.max(p, waiting);
     ui.place.textContent = fill(T.place, { place: p, total });
     const hint = [];
+    if (view.lane === 'priority') hint.push(T.priority);
+    if (codeError) hint.push(T.codeBad);
     // People ahead left when the place is below Convex's upper bound.
-    const left = num(view.position) - num(view.firstWaitingPosition) + 1 - p;
+    const left = num(view.position) - num(lv.firstWaitingPosition) + 1 - p;
     if (left > 0) hint.push(fill(T.left, { left }));
-    hint.push(...etaLines(p, Number(view.admittedPerMinute) || 0));
+    hint.push(...etaLines(servedBefore(view, view.lane, p), Number(view.admittedPerMinute) || 0));
     ui.hint.textContent = hint.join(' ');
     maxPlace = Math.max(maxPlace, p);
     ui.bar.style.width = Math.max(4, (100 * (maxPlace - p)) / maxPlace) + '%';
@@ -648,7 +687,10 @@
     get state() { return state; },
     get view() { return view; },
     get place() { return state === 'waiting' ? place : 0; },
+    get codeError() { return codeError; },
     estimatePlace,
+    estimatePlaceIn,
+    servedBefore,
     gate,
     base,
     // join(): again after leave()/release(), or to refresh the view now.

@@ -262,7 +262,7 @@ func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
 			continue // removed meanwhile
 		}
 		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(v.Active), name)
-		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(v.Waiting), name)
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(v.AllWaiting()), name) // both lanes
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(v.Limit), name)
 		if sent != nil {
 			ch <- prometheus.MustNewConstMetric(descBroadcasts, prometheus.CounterValue, float64(sent[name]), name)

@@ -75,11 +75,11 @@ func Status(code session.Code) int {
 		return http.StatusUnauthorized
 	case session.CodeNotActive, CodeCrossOrigin:
 		return http.StatusForbidden
-	case session.CodeUnknownGate, session.CodeNotFound, CodeRouteNotFound, session.CodeEventNotFound, session.CodeAdmissionNotFound:
+	case session.CodeUnknownGate, session.CodeNotFound, CodeRouteNotFound, session.CodeEventNotFound, session.CodeAdmissionNotFound, session.CodeCodeUnknown:
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case session.CodeGateExists, session.CodeGateInUse, session.CodeEventExists, session.CodeEventLocked, session.CodeAlreadyRedeemed, CodeAlreadyClaimed:
+	case session.CodeGateExists, session.CodeGateInUse, session.CodeEventExists, session.CodeEventLocked, session.CodeAlreadyRedeemed, CodeAlreadyClaimed, session.CodeCodeUsed, session.CodeCodeExists:
 		return http.StatusConflict
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge

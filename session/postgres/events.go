@@ -209,6 +209,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 			if err != nil {
 				return fmt.Errorf("read the pre-queue: %w", err)
 			}
+			waiters = session.LotteryEntrants(waiters)
 			positions := make([]int64, len(waiters))
 			for i, w := range waiters {
 				positions[i] = w.Position

@@ -213,6 +213,9 @@ func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnap
 	if snap.Waiting, err = waitingPositions(ctx, tx, gate, g.c.Waiting); err != nil {
 		return snap, 0, err
 	}
+	if snap.PriorityWaiting, err = priorityPositions(ctx, tx, gate); err != nil {
+		return snap, 0, err
+	}
 	return snap, seq, tx.Commit(ctx)
 }
 

@@ -50,6 +50,8 @@ type op struct {
 	// settings are opSettings's: the gate's new runtime settings, nil to
 	// forget them.
 	settings *session.GateConfig
+	code     string  // opJoin: the priority code given, "" none
+	codes    *codeOp // opJoin with a code: the code's answer
 
 	sess  session.Session
 	snaps map[string]session.GateSnapshot
@@ -73,7 +75,7 @@ const (
 )
 
 const (
-	sqlCols       = `gate, position, id, status, last_active, created_at, claim_deadline, notify`
+	sqlCols       = `gate, position, id, status, last_active, created_at, claim_deadline, notify, lane`
 	sqlSelectOne  = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND id = $2`
 	sqlSelectGate = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 ORDER BY position`
 	sqlSelectKeys = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE (gate, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
@@ -84,8 +86,8 @@ const (
 	sqlEnsure     = `INSERT INTO anteroom_gates (name) SELECT n FROM unnest($1::text[]) AS n ORDER BY n ON CONFLICT (name) DO NOTHING`
 	sqlLock       = `SELECT name, next_position, active, waiting, seq, pace_tokens, pace_at FROM anteroom_gates WHERE name = ANY($1) ORDER BY name FOR UPDATE`
 	sqlDelete     = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`
-	sqlUpsert     = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify)
-		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[])
+	sqlUpsert     = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify, lane)
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[], $9::smallint[])
 		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active, claim_deadline = EXCLUDED.claim_deadline, notify = EXCLUDED.notify`
 	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
 	sqlOutbox   = `INSERT INTO anteroom_commits (gate, seq, payload) VALUES ($1, $2, $3)`
@@ -110,7 +112,8 @@ func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, erro
 		var status int16
 		var la, claim *int64
 		var created int64
-		if err := rows.Scan(&s.Gate, &s.Position, &s.ID, &status, &la, &created, &claim, &s.Notify); err != nil {
+		var lane int16
+		if err := rows.Scan(&s.Gate, &s.Position, &s.ID, &status, &la, &created, &claim, &s.Notify, &lane); err != nil {
 			return out, err
 		}
 		s.Status = session.StatusWaiting
@@ -124,6 +127,7 @@ func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, erro
 			s.ClaimDeadline = time.Unix(0, *claim)
 		}
 		s.CreatedAt = time.Unix(0, created)
+		s.Lane = session.Lane(lane)
 		out = append(out, s)
 	}
 	return out, rows.Err()
@@ -422,6 +426,7 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 	var ula, ucd []*int64
 	var uc []int64
 	var un []bool
+	var ulane []int16
 	for _, e := range b.rows {
 		if !e.dirty {
 			continue
@@ -448,6 +453,7 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 			}
 			ula, uc, ucd = append(ula, la), append(uc, e.s.CreatedAt.UnixNano()), append(ucd, cd)
 			un = append(un, e.s.Notify)
+			ulane = append(ulane, int16(e.s.Lane))
 		}
 	}
 	if len(dg) > 0 {
@@ -456,7 +462,7 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 		}
 	}
 	if len(ug) > 0 {
-		if _, err := b.tx.Exec(ctx, sqlUpsert, ug, up, uid, ust, ula, uc, ucd, un); err != nil {
+		if _, err := b.tx.Exec(ctx, sqlUpsert, ug, up, uid, ust, ula, uc, ucd, un, ulane); err != nil {
 			return fmt.Errorf("write sessions: %w", err)
 		}
 	}
@@ -492,6 +498,8 @@ type wireEvent struct {
 	Claim int64 `json:"d,omitempty"`
 	// Reason is why a session left (session.PurgeReason).
 	Reason session.PurgeReason `json:"r,omitempty"`
+	// Lane is the session's lane (session.Lane), absent for the normal one.
+	Lane session.Lane `json:"q,omitempty"`
 }
 
 type wireState struct {
@@ -505,7 +513,7 @@ type wireState struct {
 func toWire(evs []session.Event, st session.GateState) payload {
 	p := payload{State: wireState{Next: st.NextPosition, Active: st.Active, Waiting: st.Waiting, First: st.FirstWaitingPosition, Last: st.LastWaitingPosition}}
 	for _, ev := range evs {
-		w := wireEvent{Kind: ev.Kind, ID: ev.Session.ID, Position: ev.Session.Position, Active: ev.Session.Status == session.StatusActive, CreatedAt: ev.Session.CreatedAt.UnixNano(), Reason: ev.Reason}
+		w := wireEvent{Kind: ev.Kind, ID: ev.Session.ID, Position: ev.Session.Position, Active: ev.Session.Status == session.StatusActive, CreatedAt: ev.Session.CreatedAt.UnixNano(), Reason: ev.Reason, Lane: ev.Session.Lane}
 		if !ev.Session.LastActive.IsZero() {
 			w.LastActive = ev.Session.LastActive.UnixNano()
 		}
@@ -524,7 +532,7 @@ func (p payload) commit(gate string) session.Commit {
 		LastWaitingPosition:  p.State.Last,
 	}}}
 	for _, w := range p.Events {
-		s := session.Session{Gate: gate, ID: w.ID, Position: w.Position, Status: session.StatusWaiting, CreatedAt: time.Unix(0, w.CreatedAt)}
+		s := session.Session{Gate: gate, ID: w.ID, Position: w.Position, Status: session.StatusWaiting, CreatedAt: time.Unix(0, w.CreatedAt), Lane: w.Lane}
 		if w.Active {
 			s.Status = session.StatusActive
 		}
@@ -626,6 +634,11 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		if err != nil {
 			return err // gate_closed: nothing written
 		}
+		if o.code != "" {
+			if out, err = s.applyCode(ctx, b, g, o, out); err != nil {
+				return err
+			}
+		}
 		g.pace = out.Pace
 		b.write(g, e, out)
 		switch {
@@ -710,7 +723,12 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.Ga
 			_, g.pace = g.pace.Allow(cfg, done, now)
 		}
 	}()
-	limit := n + int64(len(b.rows))
+	// The priority lane first (session.PromotionLanes); the normal lane gets
+	// what it leaves, and only once it is empty.
+	if done, err = s.promotePriority(ctx, b, g, cfg, n, now); err != nil || done == n {
+		return done, err
+	}
+	limit := n - done + int64(len(b.rows))
 	rows, err := b.tx.Query(ctx, sqlWaiters, g.name, s.lb[g.name], limit)
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
@@ -721,13 +739,13 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.Ga
 	}
 	cands := make([]*entry, 0, len(fromDB))
 	for k, e := range b.rows { // the copies decide for the rows they hold
-		if k.gate == g.name && e.live && e.s.Status == session.StatusWaiting {
+		if k.gate == g.name && e.live && e.s.Status == session.StatusWaiting && e.s.Lane == session.LaneNormal {
 			cands = append(cands, e)
 		}
 	}
 	for _, r := range fromDB {
 		k := key{g.name, r.ID}
-		if _, ok := b.rows[k]; ok {
+		if _, ok := b.rows[k]; ok || r.Lane != session.LaneNormal {
 			continue
 		}
 		e := &entry{s: r, live: true, dbPos: r.Position}
@@ -930,7 +948,11 @@ func (s *Store) applyLoad(ctx context.Context, b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting, Settings: settings}
+		prio, err := priorityPositions(ctx, b.tx, name)
+		if err != nil {
+			return err
+		}
+		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting, Settings: settings, PriorityWaiting: prio}
 	}
 	return nil
 }

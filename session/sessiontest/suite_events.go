@@ -17,6 +17,7 @@ import (
 func testEvents(t *testing.T, open Opener) {
 	t.Run("SaveAndDelete", func(t *testing.T) { testEventSave(t, open) })
 	t.Run("LotteryOnce", func(t *testing.T) { testEventLottery(t, open) })
+	t.Run("LotteryKeepsLanes", func(t *testing.T) { testEventLotteryKeepsLanes(t, open) })
 	t.Run("Waitlist", func(t *testing.T) { testEventWaitlist(t, open) })
 }
 
@@ -290,4 +291,54 @@ func testEventWaitlist(t *testing.T, open Opener) {
 	h.clock.Set(ev.EndsAt)
 	assert.Equal(t, int64(1), session.EventConfig(cfg, evs, h.clock.Now()).ActiveLimit)
 	assert.Equal(t, int64(3), session.EventConfig(cfg, evs, ev.EndsAt.Add(-time.Nanosecond)).ActiveLimit)
+}
+
+// testEventLotteryKeepsLanes checks that a draw shuffles only the normal
+// lane of the pre-queue: a priority waiter keeps its position and lane and is
+// not among the published positions, so each lane keeps its set of positions
+// (which its place arithmetic counts on).
+func testEventLotteryKeepsLanes(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := GateConfig(gateName, 1)
+	held := cfg
+	held.Mode = session.ModeQueueAll
+	h.join(cfg, "admitted")
+	newCode(t, h, "vip-lottery-code", 1, time.Hour)
+	ev := suiteEvent("drop", Epoch)
+	_, err := h.store.SaveEvent(h.ctx, ev)
+	require.NoError(t, err)
+	_, _, err = h.store.AdvanceEvent(h.ctx, gateName, "drop", Epoch)
+	require.NoError(t, err)
+
+	var normal []string
+	for i := range 4 {
+		id := fmt.Sprintf("n%d", i)
+		normal = append(normal, id)
+		h.join(held, id)
+	}
+	vip, codeErr := h.joinCode(held, "vip", "vip-lottery-code")
+	require.NoError(t, codeErr)
+	require.Equal(t, session.LanePriority, vip.Lane)
+	for i := 4; i < 8; i++ {
+		id := fmt.Sprintf("n%d", i)
+		normal = append(normal, id)
+		h.join(held, id)
+	}
+
+	started, changed, err := h.store.AdvanceEvent(h.ctx, gateName, "drop", ev.StartsAt)
+	require.NoError(t, err)
+	require.True(t, changed)
+	assert.NotContains(t, started.Positions, vip.Position, "the priority waiter is not in the draw")
+	assert.Len(t, started.Positions, len(normal))
+
+	after, ok := h.get(gateName, "vip")
+	require.True(t, ok)
+	assert.Equal(t, vip.Position, after.Position, "the priority waiter keeps its position")
+	assert.Equal(t, session.LanePriority, after.Lane)
+	for _, id := range normal {
+		s, ok := h.get(gateName, id)
+		require.True(t, ok, id)
+		assert.Equal(t, session.LaneNormal, s.Lane, "%s stays in the normal lane", s.ID)
+		assert.Contains(t, started.Positions, s.Position, "%s holds a position of the normal lane's set", s.ID)
+	}
 }

@@ -25,28 +25,28 @@ const (
 	// the search would step over the whole active set); the last, from the
 	// end of the gate's range.
 	sqlBounds       = `SELECT (SELECT position FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT 1), (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 ORDER BY position DESC LIMIT 1)`
-	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline, notify FROM sessions WHERE gate = ? AND position = ? AND id = ?`
+	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ? AND position = ? AND id = ?`
 	sqlRowExists    = `SELECT 1 FROM sessions WHERE gate = ? AND position = ?`
-	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ?, claim_deadline = ?, notify = ? WHERE gate = ? AND position = ?`
 	sqlDeleteRow    = `DELETE FROM sessions WHERE gate = ? AND position = ?`
-	sqlFirstWaiters = `SELECT position, id, status, last_active, created_at, claim_deadline, notify FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT ?3`
+	sqlFirstWaiters = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT ?3`
 	// The purges select exactly the rows session.StaleReason calls stale,
 	// with the cutoffs of session.StaleCutoffs: a waiter last seen before
 	// ?2 and not to be called back; an active session last seen before ?2
 	// (unless called back and still unclaimed), or unclaimed past its
 	// deadline at ?4. A row without last_active (written before 0003) is
 	// last seen at its creation.
-	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND coalesce(last_active, created_at) < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify`
-	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND ((coalesce(last_active, created_at) < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL)) OR claim_deadline < ?4) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify`
-	sqlActive       = `SELECT position, id, status, last_active, created_at, claim_deadline, notify FROM sessions WHERE gate = ? AND status = 1 ORDER BY position`
+	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND coalesce(last_active, created_at) < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
+	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND ((coalesce(last_active, created_at) < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL)) OR claim_deadline < ?4) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
+	sqlActive       = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ? AND status = 1 ORDER BY position`
 	sqlWaitingPos   = `SELECT position FROM sessions WHERE gate = ? AND status = 0 ORDER BY position`
 	sqlKeys         = `SELECT gate, position, id FROM sessions`
 	sqlIDAt         = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
 	sqlSelectMeta   = `SELECT value FROM meta WHERE key = ?`
 	sqlInsertMeta   = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
 	sqlDeleteMeta   = `DELETE FROM meta WHERE key = ?`
-	sqlAllRows      = `SELECT id, position, status, last_active, created_at, claim_deadline, notify FROM sessions WHERE gate = ?`
+	sqlAllRows      = `SELECT id, position, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?`
 )
 
 // stmt is a statement prepared on the writer's driver connection.
@@ -81,6 +81,7 @@ type wconn struct {
 	allSettings                                 *stmt
 	checkpoint, truncate, pageSize              *stmt
 	extra                                       []*stmt // prepared later (history.go)
+	prio                                        priorityStmts
 }
 
 func (w *wconn) prepare(ctx context.Context) error {
@@ -115,7 +116,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		}
 		*p.dst = s
 	}
-	return nil
+	return w.preparePriority(ctx, pc)
 }
 
 // isWrite reports whether the statement q changes rows.
@@ -146,6 +147,7 @@ func (w *wconn) close() error {
 			_ = s.st.Close()
 		}
 	}
+	w.closePriority()
 	err := w.c.Close()
 	w.c = nil
 	return err
@@ -213,10 +215,10 @@ func (w *wconn) queryRow(s *stmt, dest []driver.Value, args ...any) (bool, error
 }
 
 // sessions reads rows of (position, id, status, last_active, created_at,
-// claim_deadline, notify) into out and closes them.
+// claim_deadline, notify, lane) into out and closes them.
 func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) ([]session.Session, error) {
 	defer rows.Close()
-	var dest [7]driver.Value
+	var dest [8]driver.Value
 	for {
 		err := rows.Next(dest[:])
 		if errors.Is(err, io.EOF) {
@@ -233,6 +235,7 @@ func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) (
 			createdAt:  asInt(dest[4]),
 			claim:      asNullInt(dest[5]),
 			notify:     asInt(dest[6]) != 0,
+			lane:       asInt(dest[7]),
 		}
 		out = append(out, r.session(gate))
 	}
@@ -294,6 +297,7 @@ type rawRow struct {
 	createdAt  int64
 	claim      sql.NullInt64
 	notify     bool
+	lane       int64
 }
 
 func (r *rawRow) session(gate string) session.Session {
@@ -303,6 +307,7 @@ func (r *rawRow) session(gate string) session.Session {
 		Position:  r.position,
 		Status:    session.StatusWaiting,
 		CreatedAt: fromNanos(r.createdAt),
+		Lane:      session.Lane(r.lane),
 	}
 	if r.status == dbActive {
 		s.Status = session.StatusActive
@@ -320,7 +325,7 @@ func (r *rawRow) session(gate string) session.Session {
 // scanSession scans a row of sqlSelectRow read through database/sql.
 func scanSession(row *sql.Row, gate, id string, position int64) (session.Session, error) {
 	r := rawRow{id: id, position: position}
-	if err := row.Scan(&r.status, &r.lastActive, &r.createdAt, &r.claim, &r.notify); err != nil {
+	if err := row.Scan(&r.status, &r.lastActive, &r.createdAt, &r.claim, &r.notify, &r.lane); err != nil {
 		return session.Session{}, err
 	}
 	return r.session(gate), nil

@@ -237,6 +237,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 			if err != nil {
 				return fmt.Errorf("read the pre-queue: %w", err)
 			}
+			waiters = session.LotteryEntrants(waiters)
 			positions := make([]int64, len(waiters))
 			for i, w := range waiters {
 				positions[i] = w.Position
@@ -283,7 +284,7 @@ func (s *Store) moveSessions(b *batch, e *gateEntry, waiters []session.Session, 
 		moved = append(moved, w)
 	}
 	for _, w := range moved {
-		if _, err := s.wc.exec(s.wc.insertRow, e.name, w.Position, w.ID, statusValue(w.Status), nullNanos(w.LastActive), w.CreatedAt.UnixNano(), nullNanos(w.ClaimDeadline), boolValue(w.Notify)); err != nil {
+		if _, err := s.wc.exec(s.wc.insertRow, e.name, w.Position, w.ID, statusValue(w.Status), nullNanos(w.LastActive), w.CreatedAt.UnixNano(), nullNanos(w.ClaimDeadline), boolValue(w.Notify), int64(w.Lane)); err != nil {
 			return fmt.Errorf("move session: %w", err)
 		}
 		_, sl, _ := s.idx.lookup(e.name, w.ID)

@@ -121,13 +121,13 @@ func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 	if !ok {
 		return nil, sl, nil
 	}
-	var dest [5]driver.Value
+	var dest [6]driver.Value
 	found, err := s.wc.queryRow(s.wc.selectRow, dest[:], gate, pos, id)
 	if err != nil {
 		return nil, sl, fmt.Errorf("read session: %w", err)
 	}
 	if found {
-		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2]), claim: asNullInt(dest[3]), notify: asInt(dest[4]) != 0}
+		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2]), claim: asNullInt(dest[3]), notify: asInt(dest[4]) != 0, lane: asInt(dest[5])}
 		sess := r.session(gate)
 		return &sess, sl, nil
 	}
@@ -152,7 +152,7 @@ func (s *Store) write(e *gateEntry, out session.Outcome, sl slot) error {
 	case session.ActionNone:
 		return nil
 	case session.ActionInsert:
-		_, err = s.wc.exec(s.wc.insertRow, e.name, r.Position, r.ID, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano(), nullNanos(r.ClaimDeadline), boolValue(r.Notify))
+		_, err = s.wc.exec(s.wc.insertRow, e.name, r.Position, r.ID, statusValue(r.Status), nullNanos(r.LastActive), r.CreatedAt.UnixNano(), nullNanos(r.ClaimDeadline), boolValue(r.Notify), int64(r.Lane))
 		if err == nil {
 			s.idx.put(e.name, r.ID, sl, r.Position)
 		}
@@ -206,6 +206,12 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	out, err := session.DecideJoin(o.cfg, e.c, e.pace, existing, o.id, normTime(o.now))
 	if err != nil {
 		return err // a domain refusal (gate_closed), before any write
+	}
+	if o.code != "" {
+		out, err = s.applyCode(e, o, out) // reads the code, decides its lane, writes its use
+		if err != nil {
+			return err
+		}
 	}
 	if err := s.write(e, out, sl); err != nil {
 		return err
@@ -285,7 +291,13 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 	if n <= 0 {
 		return 0, nil
 	}
-	rows, err := s.wc.query(s.wc.firstWaiters, e.name, e.lb, n)
+	// The priority lane first (session.PromotionLanes); the normal lane gets
+	// what it leaves, and only once it is empty.
+	done, err := s.promotePriority(b, e, cfg, n, now)
+	if err != nil || done == n {
+		return done, err
+	}
+	rows, err := s.wc.query(s.wc.firstWaiters, e.name, e.lb, n-done)
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
@@ -302,7 +314,7 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 		e.lb = w.Position + 1
 	}
 	_, e.pace = e.pace.Allow(cfg, int64(len(b.rows)), now)
-	return int64(len(b.rows)), nil
+	return done + int64(len(b.rows)), nil
 }
 
 func (s *Store) applyTouch(b *batch, o *op) error {
@@ -492,6 +504,9 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		}
 		snap := session.GateSnapshot{State: st, Active: active, Waiting: waiting}
 		if snap.Events, err = s.eventsOf(name); err != nil {
+			return err
+		}
+		if snap.PriorityWaiting, err = s.priorityPositions(name); err != nil {
 			return err
 		}
 		if c, ok := settings[name]; ok {

@@ -753,7 +753,7 @@ func (s *Store) Rows(ctx context.Context, gate string) ([]session.Session, error
 	var out []session.Session
 	for rows.Next() {
 		var r rawRow
-		if err := rows.Scan(&r.id, &r.position, &r.status, &r.lastActive, &r.createdAt, &r.claim, &r.notify); err != nil {
+		if err := rows.Scan(&r.id, &r.position, &r.status, &r.lastActive, &r.createdAt, &r.claim, &r.notify, &r.lane); err != nil {
 			return nil, s.readErr("rows", err)
 		}
 		out = append(out, r.session(gate))

@@ -29,6 +29,7 @@ const (
 	opSettings
 	opFunc // fn runs in the transaction (events.go)
 	opPruneHistory
+	opCodes
 )
 
 func (k opKind) String() string {
@@ -57,6 +58,8 @@ func (k opKind) String() string {
 		return "func"
 	case opPruneHistory:
 		return "prune history"
+	case opCodes:
+		return "codes"
 	}
 	return "op"
 }
@@ -75,6 +78,8 @@ type op struct {
 	gen     func() ([]byte, error)
 	setting *session.GateConfig  // opSettings: what to save; nil deletes
 	fn      func(b *batch) error // opFunc
+	code    string               // opJoin: the priority code given, "" none
+	codes   *codeOp              // opCodes: the request and its answer; opJoin: the code's answer
 	updIn   updateStep           // where an update step starts
 	upd     updateStep           // where it ended, and what it did
 
@@ -402,6 +407,8 @@ func (s *Store) apply(b *batch, o *op) error {
 		err = o.fn(b)
 	case opPruneHistory:
 		err = s.applyPruneHistory(o)
+	case opCodes:
+		err = s.applyCodes(o)
 	default:
 		err = fmt.Errorf("unknown op %d", o.kind)
 	}
