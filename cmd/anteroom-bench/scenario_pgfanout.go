@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -267,36 +268,58 @@ func (b *bench) crossLatency(ctx context.Context, from, to string) ([]float64, e
 			mu.Unlock()
 		}
 	}()
-	joiner, err := dialRaw(ctx, from, nil)
-	if err != nil {
-		return nil, err
+	// Open loop: each join is sent at its time on a free connection of a
+	// pool, whatever the previous ones take.
+	const poolSize = 16
+	pool := make(chan *rawConn, poolSize)
+	for range poolSize {
+		c, err := dialRaw(ctx, from, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		pool <- c
 	}
-	defer joiner.Close()
 	req := fmt.Appendf(nil, "POST %s/api/join HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n\r\n", basePath, from)
 	type sent struct{ at, pos int64 }
-	var joins []sent
+	joins := make([]sent, b.cfg.pg.samples)
+	var firstErr error
+	var errMu sync.Mutex
+	var wg sync.WaitGroup
 	period := time.Second / time.Duration(max(b.cfg.pg.sampleRate, 1))
 	start := time.Now()
-	for i := range b.cfg.pg.samples {
+	for i := range joins {
 		if d := time.Until(start.Add(time.Duration(i) * period)); d > 0 {
 			sleepCtx(ctx, d)
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			break
 		}
-		at := time.Now().UnixNano()
-		status, body, err := joiner.do(req)
-		if err != nil {
-			return nil, err
-		}
-		var v struct {
-			Position int64 `json:"position"`
-		}
-		if status != 200 || json.Unmarshal(body, &v) != nil || v.Position <= 0 {
-			return nil, fmt.Errorf("join: status %d: %.200s", status, body)
-		}
-		joins = append(joins, sent{at, v.Position})
+		wg.Go(func() {
+			c := <-pool
+			defer func() { pool <- c }()
+			at := time.Now().UnixNano()
+			status, body, err := c.do(req)
+			var v struct {
+				Position int64 `json:"position"`
+			}
+			if err == nil && (status != 200 || json.Unmarshal(body, &v) != nil || v.Position <= 0) {
+				err = fmt.Errorf("join: status %d: %.200s", status, body)
+			}
+			if err != nil {
+				errMu.Lock()
+				firstErr = cmp.Or(firstErr, err)
+				errMu.Unlock()
+				return
+			}
+			joins[i] = sent{at, v.Position}
+		})
 	}
+	wg.Wait()
+	if err := cmp.Or(ctx.Err(), firstErr); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(joins, func(a, b sent) int { return cmp.Compare(a.pos, b.pos) })
 	lastPos := joins[len(joins)-1].pos
 	if err := waitFor(ctx, 30*time.Second, func() bool {
 		mu.Lock()
