@@ -11,7 +11,16 @@
 //	go run ./cmd/anteroom-bench -json out.json fanout
 //
 // Scenarios (all when none is named): join-inproc, validate-inproc,
-// join-http, check-http, storm, tick, fanout, abandon. It prints a table (metric,
+// join-http, check-http, storm, tick, fanout, abandon. On Postgres, when
+// named or with the others when -database is given: pg-join, pg-fanout,
+// pg-startup; without -database they start a private server (initdb in a
+// temporary directory):
+//
+//	go run ./cmd/anteroom-bench pg-join pg-fanout pg-startup
+//	go run ./cmd/anteroom-bench -database postgres://u:p@host/db   # needs CREATEDB
+//	go run ./cmd/anteroom-bench -smoke -sockets 300 pg-fanout
+//
+// It prints a table (metric,
 // value, baseline, ratio, target, pass/fail) on stdout and progress on
 // stderr. It exits non-zero only when a scenario could not run; a missed
 // target is a FAIL in the table, not an error.
