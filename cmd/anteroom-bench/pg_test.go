@@ -55,6 +55,6 @@ func TestPgScenariosSmoke(t *testing.T) {
 		}
 		got[r.Scenario]++
 	}
-	assert.Equal(t, map[string]int{"pg-join": 1, "pg-fanout": 2, "pg-startup": 1}, got)
+	assert.Equal(t, map[string]int{"pg-join": 1, "pg-fanout": 3, "pg-startup": 1}, got)
 	t.Logf("%s", stdout.String())
 }

@@ -69,6 +69,15 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 
+	// The cross-instance path alone: joins through the first instance
+	// timed to a socket on the last, before the other sockets open.
+	lat0, err := b.crossLatency(ctx, addrs[0], addrs[n-1])
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(lat0)
+	b.progress("pg-fanout: cross-instance latency without other sockets: p50 %.1f ms, p99 %.1f ms", lat0[len(lat0)/2], pct99(lat0))
+
 	// One client process per instance, each socket naming its session.
 	t0 = time.Now()
 	workers := make([]*child, n)
@@ -169,7 +178,7 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 	}
 	loads = append(loads, load1())
 	slices.Sort(lat)
-	p50, p99 := lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
+	p50, p99 := lat[len(lat)/2], pct99(lat)
 	want := float64(b.cfg.interval.Milliseconds() + 100)
 
 	var st []storeReport
@@ -185,12 +194,19 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 	return []Result{
 		{Metric: fmt.Sprintf("change through one instance -> last of %s sockets on %d instances", groupDigits(int64(total)), n), Unit: unitMs, Value: slices.Max(lasts),
 			Check: checkValueMax, Want: 300, Target: "<= 300 ms", Note: joinNotes(notes)},
-		{Metric: "join through the first instance -> a websocket on the last, p99", Unit: unitMs, Value: p99,
+		{Metric: "join through the first instance -> a websocket on the last, p99, no other sockets", Unit: unitMs, Value: pct99(lat0),
+			Check: checkValueMax, Want: want, Target: fmt.Sprintf("<= %d ms (broadcast_interval + 100 ms)", int(want)),
+			Note: fmt.Sprintf("%d joins at %d/s, one socket open (on the last instance); p50 %.1f ms, max %.1f ms: NOTIFY, the outbox read, the hub's coalescing",
+				len(lat0), b.cfg.pg.sampleRate, lat0[len(lat0)/2], lat0[len(lat0)-1])},
+		{Metric: "join through the first instance -> a websocket on the last, p99, all sockets open", Unit: unitMs, Value: p99,
 			Check: checkValueMax, Want: want, Target: fmt.Sprintf("<= %d ms (broadcast_interval + 100 ms)", int(want)),
 			Note: fmt.Sprintf("%d joins at %d/s while the %d sockets are open; p50 %.1f ms, max %.1f ms; remote commits applied per instance %v",
 				len(lat), b.cfg.pg.sampleRate, total, p50, lat[len(lat)-1], remoteCounts(st))},
 	}, nil
 }
+
+// pct99 is the 99th percentile of sorted v.
+func pct99(v []float64) float64 { return v[min(len(v)-1, len(v)*99/100)] }
 
 func remoteCounts(st []storeReport) []int64 {
 	var out []int64
