@@ -165,7 +165,7 @@ func multiBinary(t *testing.T) string {
 }
 
 // multiStart runs one sidecar on the Postgres database url, gate default at
-// limit 50.
+// limit 50, nothing purged (see crashEnv) and no claim window.
 func multiStart(t *testing.T, bin, url string) *crashProc {
 	t.Helper()
 	p := &crashProc{log: &crashLog{}, exited: make(chan struct{})}
@@ -175,7 +175,10 @@ func multiStart(t *testing.T, bin, url string) *crashProc {
 	_ = ln.Close()
 	p.base = "http://" + addr
 	p.cmd = exec.Command(bin)
-	p.cmd.Env = append(crashEnv(url, addr), "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=50")
+	// No claim window: a promotion nobody claims would otherwise be purged
+	// a minute later, changing the tables under a test that compares the
+	// instances' memory with what it read from them.
+	p.cmd.Env = append(crashEnv(url, addr), "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=50", "ANTEROOM_GATES_DEFAULT_CLAIM_TIMEOUT=0s")
 	p.cmd.Stderr = p.log
 	require.NoError(t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
