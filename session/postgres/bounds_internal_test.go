@@ -65,8 +65,55 @@ func TestBoundsReadTwoIndexEntriesWithoutStatistics(t *testing.T) {
 }
 
 type planNode struct {
-	Type  string     `json:"Node Type"`
-	Rows  float64    `json:"Actual Rows"`
-	Loops float64    `json:"Actual Loops"`
-	Plans []planNode `json:"Plans"`
+	Type     string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Rows     float64    `json:"Actual Rows"`
+	Loops    float64    `json:"Actual Loops"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// A prepared statement's generic plan is made once and kept: made while the
+// sessions table was nearly empty (a new database), the writer's prefetch
+// of the batch's sessions by id kept a sequential scan of the whole table
+// as the line grew, in every commit (pg-join slowed down round after round).
+// The store's connections plan each execution for its parameters and the
+// table as it is.
+func TestPooledConnectionsDoNotKeepAPlanMadeOnAnEmptyTable(t *testing.T) {
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	c, err := s.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	_, err = c.Exec(ctx, `INSERT INTO anteroom_sessions (gate, position, id, status, created_at)
+		SELECT 'g', p, 's' || p, 0, 0 FROM generate_series(1, 10) p`)
+	require.NoError(t, err)
+	_, err = c.Exec(ctx, "PREPARE k(text[], text[]) AS "+sqlSelectKeys)
+	require.NoError(t, err)
+	for range 8 { // past the executions after which a generic plan is kept
+		_, err = c.Exec(ctx, "EXECUTE k('{g,g}', '{s1,x}')")
+		require.NoError(t, err)
+	}
+	_, err = c.Exec(ctx, `INSERT INTO anteroom_sessions (gate, position, id, status, created_at)
+		SELECT 'g', p, 's' || p, 0, 0 FROM generate_series(11, 20000) p`)
+	require.NoError(t, err)
+	var plan string
+	require.NoError(t, c.QueryRow(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, FORMAT JSON) EXECUTE k('{g,g}', '{s1,x}')").Scan(&plan))
+	var doc []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal([]byte(plan), &doc))
+	require.Len(t, doc, 1)
+	var rows float64
+	var walk func(p planNode)
+	walk = func(p planNode) {
+		if p.Type == "Seq Scan" && p.Relation == "anteroom_sessions" {
+			rows += p.Rows * max(p.Loops, 1)
+		}
+		for _, c := range p.Plans {
+			walk(c)
+		}
+	}
+	walk(doc[0].Plan)
+	assert.Zero(t, rows, "sessions read by a sequential scan to find 2 of 20,000 by id: %s", plan)
 }
