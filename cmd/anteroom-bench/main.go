@@ -11,7 +11,16 @@
 //	go run ./cmd/anteroom-bench -json out.json fanout
 //
 // Scenarios (all when none is named): join-inproc, validate-inproc,
-// join-http, check-http, storm, tick, fanout, abandon. It prints a table (metric,
+// join-http, check-http, storm, tick, fanout, abandon. On Postgres, when
+// named or with the others when -database is given: pg-join, pg-fanout,
+// pg-startup; without -database they start a private server (initdb in a
+// temporary directory):
+//
+//	go run ./cmd/anteroom-bench pg-join pg-fanout pg-startup
+//	go run ./cmd/anteroom-bench -database postgres://u:p@host/db   # needs CREATEDB
+//	go run ./cmd/anteroom-bench -smoke -sockets 300 pg-fanout
+//
+// It prints a table (metric,
 // value, baseline, ratio, target, pass/fail) on stdout and progress on
 // stderr. It exits non-zero only when a scenario could not run; a missed
 // target is a FAIL in the table, not an error.
@@ -65,9 +74,15 @@ type config struct {
 	abandonLimit    int
 	abandonDuration time.Duration
 	abandonSeed     uint64
+
+	pg pgConfig
 }
 
 var scenarioNames = []string{"join-inproc", "validate-inproc", "join-http", "join-http-history", "check-http", "storm", "tick", "fanout", "abandon"}
+
+// pgScenarioNames run on Postgres: when named, or with the rest when
+// -database is given.
+var pgScenarioNames = []string{"pg-join", "pg-fanout", "pg-startup"}
 
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
@@ -103,13 +118,24 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.abandonLimit, "abandon-limit", 0, "abandon: active limit, all taken by visitors at the start (default 100, smoke 20)")
 	fs.DurationVar(&c.abandonDuration, "abandon-duration", 0, "abandon: simulated length of each mode's run from the first arrival (default 10m, smoke 6m)")
 	fs.Uint64Var(&c.abandonSeed, "abandon-seed", 1, "abandon: seed of the population's random draws")
+	c.pg.flags(fs)
 	serve := fs.Bool("serve", false, "internal: run as the fanout server child")
 	serveDir := fs.String("serve-dir", "", "internal: database directory of the -serve child")
 	serveSecret := fs.String("serve-secret", "", "internal: hex token secret of the -serve child")
+	var cc childConfig
+	fs.StringVar(&cc.database, "serve-database", "", "internal: Postgres URL of the -serve child")
+	fs.Int64Var(&cc.limit, "serve-limit", 0, "internal: active limit of the -serve child")
+	fs.DurationVar(&cc.waitingTimeout, "serve-waiting-timeout", 0, "internal: waiting timeout of the -serve child")
+	var wc wsWorkerConfig
+	fs.BoolVar(&wc.run, "ws-worker", false, "internal: run as a websocket client worker of pg-fanout")
+	fs.StringVar(&wc.addr, "ws-addr", "", "internal: server address of the -ws-worker")
+	fs.IntVar(&wc.n, "ws-n", 0, "internal: sockets of the -ws-worker")
+	fs.StringVar(&wc.prefix, "ws-prefix", "", "internal: session id prefix of the -ws-worker's sockets")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: anteroom-bench [flags] [scenario...]\nscenarios: %s\nflags:\n", strings.Join(scenarioNames, " "))
+		fmt.Fprintf(stderr, "usage: anteroom-bench [flags] [scenario...]\nscenarios: %s\n  on Postgres (with -database, else a private server in a temp dir): %s\nflags:\n",
+			strings.Join(scenarioNames, " "), strings.Join(pgScenarioNames, " "))
 		fs.VisitAll(func(f *flag.Flag) {
-			if strings.HasPrefix(f.Name, "serve") {
+			if strings.HasPrefix(f.Name, "serve") || strings.HasPrefix(f.Name, "ws-") {
 				return
 			}
 			name, usage := flag.UnquoteUsage(f)
@@ -122,8 +148,17 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if wc.run {
+		wc.secretHex, wc.ips = *serveSecret, c.fanoutIPs
+		if err := wsWorker(wc, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(stderr, "anteroom-bench -ws-worker:", err)
+			return 1
+		}
+		return 0
+	}
 	if *serve {
-		if err := serveChild(*serveDir, *serveSecret, c.cpuProfile, c.interval, os.Stdout, stderr); err != nil {
+		cc.dir, cc.secretHex, cc.cpuProfile, cc.interval = *serveDir, *serveSecret, c.cpuProfile, c.interval
+		if err := serveChild(cc, os.Stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "anteroom-bench -serve:", err)
 			return 1
 		}
@@ -134,10 +169,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	scenarios := fs.Args()
 	if len(scenarios) == 0 {
 		scenarios = scenarioNames
+		if c.pg.database != "" {
+			scenarios = append(slices.Clone(scenarioNames), pgScenarioNames...)
+		}
 	}
 	for _, s := range scenarios {
-		if !slices.Contains(scenarioNames, s) {
-			fmt.Fprintf(stderr, "anteroom-bench: unknown scenario %q (want some of: %s)\n", s, strings.Join(scenarioNames, " "))
+		if !slices.Contains(scenarioNames, s) && !slices.Contains(pgScenarioNames, s) {
+			fmt.Fprintf(stderr, "anteroom-bench: unknown scenario %q (want some of: %s %s)\n", s, strings.Join(scenarioNames, " "), strings.Join(pgScenarioNames, " "))
 			return 2
 		}
 	}
@@ -163,6 +201,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 
 	raiseFileLimit()
 	b := &bench{cfg: c, log: stderr}
+	defer b.closePG()
 	rep := report{Mode: "full", Machine: describeMachine(), Started: time.Now().UTC().Format(time.RFC3339), Args: args}
 	if c.smoke {
 		rep.Mode = "smoke"
@@ -262,12 +301,14 @@ func (c *config) fillDefaults() {
 	if c.tickJoinRate <= 0 {
 		c.tickJoinRate = 1000
 	}
+	c.pg.fillDefaults(c.smoke)
 }
 
 // bench runs scenarios.
 type bench struct {
 	cfg config
 	log io.Writer
+	pg  pgServer // the Postgres server of the pg-* scenarios, started on first use
 }
 
 func (b *bench) progress(format string, args ...any) {
@@ -300,6 +341,12 @@ func (b *bench) run(ctx context.Context, name string) ([]Result, error) {
 		return b.fanout(ctx)
 	case "abandon":
 		return b.abandon(ctx)
+	case "pg-join":
+		return b.pgJoin(ctx)
+	case "pg-fanout":
+		return b.pgFanout(ctx)
+	case "pg-startup":
+		return b.pgStartup(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
 }

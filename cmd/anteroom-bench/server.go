@@ -32,6 +32,7 @@ import (
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/postgres"
 	"github.com/anteroomhq/anteroom/session/sqlite"
 )
 
@@ -63,6 +64,9 @@ type instanceConfig struct {
 	// Waitlist does (the abandon scenario's record of what the server did).
 	commitHook func(session.Commit)
 	noHistory  bool // history_retention: 0 (sqlite.Options.DisableHistory)
+	// database, when set, is the URL of a shared Postgres database: the
+	// instance runs on session/postgres instead of an SQLite file in dir.
+	database string
 }
 
 // hookedStore is a Store whose commit listener calls a hook first.
@@ -83,7 +87,8 @@ func (s hookedStore) SetCommitListener(fn func(session.Commit)) {
 type instance struct {
 	cfg    instanceConfig
 	gate   session.GateConfig
-	store  *sqlite.Store
+	store  *sqlite.Store   // nil on Postgres
+	pg     *postgres.Store // nil on SQLite
 	hub    *broadcast.Hub
 	wl     *session.Waitlist
 	signer *token.Signer
@@ -114,12 +119,23 @@ func startInstance(ctx context.Context, cfg instanceConfig) (in *instance, err e
 			in = nil
 		}
 	}()
-	if in.store, err = sqlite.Open(dbPath(cfg.dir), sqlite.Options{Logger: cfg.log, DisableHistory: cfg.noHistory}); err != nil {
-		return in, err
+	var store session.Store
+	var ready func() error
+	var secretOf func(context.Context, func() ([]byte, error)) ([]byte, error)
+	if cfg.database != "" {
+		if in.pg, err = postgres.Open(ctx, cfg.database, postgres.Options{Logger: cfg.log}); err != nil {
+			return in, err
+		}
+		store, ready, secretOf = in.pg, in.pg.Ready, in.pg.Secret
+	} else {
+		if in.store, err = sqlite.Open(dbPath(cfg.dir), sqlite.Options{Logger: cfg.log, DisableHistory: cfg.noHistory}); err != nil {
+			return in, err
+		}
+		store, secretOf = in.store, in.store.Secret
 	}
 	secret := cfg.secret
 	if len(secret) == 0 {
-		if secret, err = in.store.Secret(ctx, token.NewSecret); err != nil {
+		if secret, err = secretOf(ctx, token.NewSecret); err != nil {
 			return in, err
 		}
 	}
@@ -127,13 +143,12 @@ func startInstance(ctx context.Context, cfg instanceConfig) (in *instance, err e
 		return in, err
 	}
 	in.hub = broadcast.New(broadcast.Options{Interval: cfg.interval, Logger: cfg.log})
-	var store session.Store = in.store
 	if cfg.commitHook != nil {
-		store = hookedStore{Store: in.store, hook: cfg.commitHook}
+		store = hookedStore{Store: store, hook: cfg.commitHook}
 	}
 	in.wl, err = session.New(ctx, store, []session.GateConfig{in.gate}, session.Options{
 		Publisher: in.hub, Logger: cfg.log, Clock: cfg.clock, TouchInterval: cfg.touchInterval,
-		SweepInterval: cfg.sweepInterval,
+		SweepInterval: cfg.sweepInterval, Ready: ready,
 	})
 	if err != nil {
 		return in, err
@@ -186,6 +201,7 @@ func (in *instance) mux(gateHandler http.Handler) http.Handler {
 	e.GET("/bench/mem", func(c echo.Context) error { return c.JSON(http.StatusOK, readMem()) })
 	e.POST("/bench/seed", in.seedHandler)
 	e.GET("/bench/sent", in.sentHandler)
+	e.GET("/bench/store", in.storeHandler)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/bench/") {
 			e.ServeHTTP(w, r)
@@ -228,6 +244,24 @@ func (in *instance) sentHandler(c echo.Context) error {
 		}
 		time.Sleep(500 * time.Microsecond)
 	}
+}
+
+// storeHandler reports the store's write transactions (and, on Postgres,
+// the commits of other instances applied and the resyncs).
+func (in *instance) storeHandler(c echo.Context) error {
+	var r storeReport
+	if in.pg != nil {
+		r = storeReport{Transactions: in.pg.Transactions(), Remote: in.pg.RemoteCommits(), Resyncs: in.pg.Resyncs()}
+	} else if in.store != nil {
+		r.Transactions = in.store.Stats().Transactions
+	}
+	return c.JSON(http.StatusOK, r)
+}
+
+type storeReport struct {
+	Transactions int64 `json:"transactions"`
+	Remote       int64 `json:"remote"`
+	Resyncs      int64 `json:"resyncs"`
 }
 
 type sentReport struct {
@@ -282,6 +316,9 @@ func (in *instance) Close() {
 	if in.store != nil {
 		_ = in.store.Close()
 	}
+	if in.pg != nil {
+		_ = in.pg.Close()
+	}
 }
 
 // memStats is what the child reports of its memory.
@@ -330,13 +367,23 @@ func readMem() memStats {
 
 const readyPrefix = "ANTEROOM-BENCH-READY "
 
+// childConfig is what a -serve child is told by its flags.
+type childConfig struct {
+	dir, secretHex, cpuProfile string
+	interval                   time.Duration
+	database                   string        // -serve-database: Postgres instead of dir
+	limit                      int64         // -serve-limit
+	waitingTimeout             time.Duration // -serve-waiting-timeout (0: the bench's default)
+}
+
 // serveChild is the -serve mode: the fanout server in a process of its own,
 // so that each process holds about N descriptors. It prints readyPrefix and
 // its address on out, and serves until SIGTERM, SIGINT or its stdin closes.
-func serveChild(dir, secretHex, cpuProfile string, interval time.Duration, out, errOut io.Writer) error {
+func serveChild(cc childConfig, out, errOut io.Writer) error {
+	dir, secretHex, cpuProfile, interval := cc.dir, cc.secretHex, cc.cpuProfile, cc.interval
 	raiseFileLimit()
-	if dir == "" {
-		return errors.New("-serve-dir is required")
+	if dir == "" && cc.database == "" {
+		return errors.New("-serve-dir or -serve-database is required")
 	}
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
@@ -359,7 +406,8 @@ func serveChild(dir, secretHex, cpuProfile string, interval time.Duration, out, 
 	defer stop()
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	in, err := startInstance(ctx, instanceConfig{
-		dir: dir, limit: 0, interval: interval, secret: secret, cron: true, log: log,
+		dir: dir, limit: cc.limit, interval: interval, secret: secret, cron: true, log: log,
+		database: cc.database, waitingTimeout: cc.waitingTimeout,
 	})
 	if err != nil {
 		return err

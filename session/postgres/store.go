@@ -182,6 +182,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, session.Errorf(session.CodeInvalidArgument, "postgres: open: %w", redact(err))
 	}
 	pcfg.MaxConns = opts.MaxConns
+	pcfg.AfterConnect = customPlans
 	s := &Store{
 		log:       opts.Logger,
 		connCfg:   pcfg.ConnConfig.Copy(),
@@ -222,6 +223,22 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	go s.run()
 	go s.followLoop(fctx, lc)
 	return s, nil
+}
+
+// customPlans makes a pooled connection plan every execution of a prepared
+// statement for its parameters and the tables as they are. A generic plan
+// is made once and kept: made while the sessions table was nearly empty (a
+// new database), the writer's lookups by id kept scanning the whole table
+// as the line grew, in every commit, until autovacuum happened to analyze
+// it. Planning these short statements costs far less than one such scan.
+// Servers before Postgres 12, which lack the setting, keep their default.
+func customPlans(ctx context.Context, c *pgx.Conn) error {
+	_, err := c.Exec(ctx, "SET plan_cache_mode = force_custom_plan")
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42704" { // undefined_object: no such setting
+		return nil
+	}
+	return err
 }
 
 func (s *Store) migrate(ctx context.Context) error {

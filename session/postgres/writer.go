@@ -82,11 +82,14 @@ const (
 	sqlActive     = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND status = 1 ORDER BY position`
 	sqlWaitingPos = `SELECT position FROM anteroom_sessions WHERE gate = $1 AND status = 0 ORDER BY position`
 	sqlWaiters    = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND status = 0 AND position >= $2 ORDER BY position LIMIT $3`
-	sqlBounds     = `SELECT min(position), max(position) FROM anteroom_sessions WHERE gate = $1 AND status = 0`
-	sqlEnsure     = `INSERT INTO anteroom_gates (name) SELECT n FROM unnest($1::text[]) AS n ORDER BY n ON CONFLICT (name) DO NOTHING`
-	sqlLock       = `SELECT name, next_position, active, waiting, seq, pace_tokens, pace_at FROM anteroom_gates WHERE name = ANY($1) ORDER BY name FOR UPDATE`
-	sqlDelete     = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`
-	sqlUpsert     = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify, lane)
+	// Both ends of the line, one index entry each: min()/max() would read
+	// every waiting position under a generic plan without statistics.
+	sqlBounds = `SELECT (SELECT position FROM anteroom_sessions WHERE gate = $1 AND status = 0 ORDER BY position LIMIT 1),
+		(SELECT position FROM anteroom_sessions WHERE gate = $1 AND status = 0 ORDER BY position DESC LIMIT 1)`
+	sqlEnsure = `INSERT INTO anteroom_gates (name) SELECT n FROM unnest($1::text[]) AS n ORDER BY n ON CONFLICT (name) DO NOTHING`
+	sqlLock   = `SELECT name, next_position, active, waiting, seq, pace_tokens, pace_at FROM anteroom_gates WHERE name = ANY($1) ORDER BY name FOR UPDATE`
+	sqlDelete = `DELETE FROM anteroom_sessions WHERE (gate, position) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`
+	sqlUpsert = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify, lane)
 		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[], $9::smallint[])
 		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active, claim_deadline = EXCLUDED.claim_deadline, notify = EXCLUDED.notify`
 	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`

@@ -41,6 +41,7 @@ type Server struct {
 	bin     string
 	cred    *syscall.Credential // nil unless running as root
 	logPath string
+	opts    Options
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -82,15 +83,33 @@ func isExec(p string) bool {
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
+// Options tune a server started by StartWith. The zero value is what Start
+// uses: a server for tests, which does not sync to disk.
+type Options struct {
+	// Durable keeps Postgres's defaults for fsync, full_page_writes and
+	// shared_buffers (on, on, 128MB), so that a commit waits for the disk
+	// as in production; for benchmarks. Tests turn the first two off and
+	// use 32MB.
+	Durable bool
+	// MaxConnections is the server's max_connections. Default 300.
+	MaxConnections int
+}
+
 // Start initialises a new cluster in a temporary directory and starts its
 // server. Errors: ErrNoBinaries, or why initdb or the server failed (with
 // the server's log).
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartWith(Options{}) }
+
+// StartWith is Start with options. Errors: those of Start.
+func StartWith(opts Options) (*Server, error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = 300
+	}
+	s := &Server{bin: bin, opts: opts}
 	s.dir, err = os.MkdirTemp("", "anteroom-pg-")
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
@@ -158,10 +177,14 @@ func (s *Server) startOnce() error {
 		return fmt.Errorf("pgtest: %w", err)
 	}
 	defer logf.Close()
-	cmd := s.command(filepath.Join(s.bin, "postgres"), "-D", s.data,
+	args := []string{"-D", s.data,
 		"-k", s.sock, "-c", "listen_addresses=", "-c", "port=5432",
-		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=300",
-		"-c", "shared_buffers=32MB", "-c", "log_min_messages=warning")
+		"-c", "max_connections=" + strconv.Itoa(s.opts.MaxConnections),
+		"-c", "log_min_messages=warning"}
+	if !s.opts.Durable {
+		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "shared_buffers=32MB")
+	}
+	cmd := s.command(filepath.Join(s.bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
@@ -198,6 +221,10 @@ func (s *Server) Log() string {
 	b, _ := os.ReadFile(s.logPath)
 	return string(b)
 }
+
+// BinDir returns the directory of the server's binaries (initdb, postgres,
+// and on Debian pgbench).
+func (s *Server) BinDir() string { return s.bin }
 
 // SocketDir returns the directory of the server's unix socket.
 func (s *Server) SocketDir() string { return s.sock }
