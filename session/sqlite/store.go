@@ -626,7 +626,10 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		activeCutoff:  activeCutoff.UnixNano(),
 		now:           now.UnixNano(),
 	}
+	var took time.Duration
 	for !step.finished {
+		step.chunk = adaptChunk(step.chunk, chunk, len(s.ops), took)
+		t0 := time.Now()
 		o := newOp(ctx, opUpdate)
 		o.cfg, o.now = cfg, now
 		o.updIn = step
@@ -638,6 +641,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 			rep.Duration = time.Since(start)
 			return rep, err
 		}
+		took = time.Since(t0)
 		rep.Transactions++
 		rep.PurgedWaiting += step.purgedWaiting
 		rep.PurgedActive += step.purgedActive
@@ -645,6 +649,27 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
+}
+
+// adaptChunkQuick is how long an update's transaction (with the wait for
+// the writer) may have taken for the next one to grow. A variable for the
+// tests.
+var adaptChunkQuick = 3 * time.Millisecond
+
+// adaptChunk returns the row budget of an update's next transaction, after
+// one of cur rows that took took (0 before the first): base (the caller's
+// chunk) while other operations wait for the writer (queued > 0), else
+// double the last while it was quick, up to session.UpdateChunkGrowth ×
+// base. Idle, the update takes fewer, larger transactions; a join that
+// arrives waits for one transaction of a few milliseconds at most.
+func adaptChunk(cur, base, queued int, took time.Duration) int {
+	switch {
+	case queued > 0 || took == 0:
+		return base
+	case took < adaptChunkQuick:
+		return min(cur*2, base*session.UpdateChunkGrowth)
+	}
+	return cur
 }
 
 // Purge deletes those of ids that session.StaleReason calls stale at now,
