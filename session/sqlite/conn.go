@@ -52,7 +52,9 @@ const (
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND coalesce(last_active, created_at) >= ?2` +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline`
-	sqlActive     = `SELECT position, id, status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ? AND status = 1 ORDER BY position`
+	// The active set, below the first waiting position (?2): every active
+	// position is below every waiting one, so the long line is not read.
+	sqlActive     = `SELECT position, id, status, last_active, created_at, claim_deadline FROM sessions WHERE gate = ?1 AND position < ?2 AND status = 1 ORDER BY position`
 	sqlWaitingPos = `SELECT position FROM sessions WHERE gate = ? AND status = 0 ORDER BY position`
 	sqlKeys       = `SELECT gate, position, id FROM sessions`
 	sqlIDAt       = `SELECT id FROM sessions WHERE gate = ? AND position = ?`

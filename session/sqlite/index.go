@@ -75,6 +75,14 @@ func (x *idIndex) hash(id string) uint64 {
 	return maphash.String(x.seed, id)
 }
 
+// hashBytes is hash of the id in b.
+func (x *idIndex) hashBytes(b []byte) uint64 {
+	if testHookHash != nil {
+		return testHookHash(string(b))
+	}
+	return maphash.Bytes(x.seed, b)
+}
+
 // testHookHash, set only by this package's tests before Open, replaces the
 // hash, to make collisions happen.
 var testHookHash func(id string) uint64

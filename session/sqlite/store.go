@@ -74,7 +74,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -202,9 +201,15 @@ type Store struct {
 	probeMu   sync.Mutex
 	lastProbe time.Time
 
+	busy time.Duration // Options.BusyTimeout
+
 	// Owned by the writer goroutine.
 	cache map[string]*gateEntry
-	b     batch
+	// startScan is what Open's scan found per gate; a gate's waiting
+	// positions serve its first Load, unless a transaction changed its
+	// rows first (startup.go).
+	startScan map[string]*gateScan
+	b         batch
 
 	stats struct {
 		ops, txs, failed, maxBatch atomic.Int64
@@ -310,6 +315,10 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+func busyPragma(d time.Duration) string {
+	return fmt.Sprintf("busy_timeout(%d)", d.Milliseconds())
+}
+
 func dsn(path string, pragmas ...string) string {
 	q := url.Values{}
 	for _, p := range pragmas {
@@ -320,7 +329,8 @@ func dsn(path string, pragmas ...string) string {
 
 func (s *Store) open(opts Options) error {
 	ctx := context.Background()
-	busy := fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds())
+	s.busy = opts.BusyTimeout
+	busy := busyPragma(s.busy)
 	writerDSN := dsn(s.path, busy,
 		"journal_mode(WAL)",
 		"synchronous(NORMAL)",
@@ -339,9 +349,6 @@ func (s *Store) open(opts Options) error {
 	s.wc.c = c
 	if err := s.wc.prepare(ctx); err != nil {
 		return err
-	}
-	if err := s.loadIndex(); err != nil {
-		return fmt.Errorf("index sessions: %w", err)
 	}
 
 	var dest [1]driver.Value
@@ -396,20 +403,56 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	if mode != "wal" {
 		return fmt.Errorf("journal_mode is %q, want wal", mode)
 	}
-	if err := quickCheck(ctx, conn, s.path); err != nil {
+	// PRAGMA quick_check reads every page. Before migrations it runs
+	// first; otherwise beside the start-up scan, on a connection of its
+	// own, and Open waits for both.
+	var version int
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
 		return err
+	}
+	var checked <-chan error
+	if version < SchemaVersion {
+		if err := quickCheck(ctx, conn, s.path); err != nil {
+			return err
+		}
+	} else {
+		checked = quickCheckAsync(ctx, dsn(s.path, busyPragma(s.busy), "query_only(1)"), s.path)
 	}
 	applied, err := migrate(ctx, conn)
 	if err != nil {
+		if checked != nil {
+			if cerr := <-checked; cerr != nil {
+				return cerr
+			}
+		}
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if len(applied) > 0 {
 		s.log.Info("anteroom: database schema migrated", "path", s.path, "applied", applied, "version", SchemaVersion)
 	}
+	// One pass over the rows builds the id index and counts them.
+	var scan map[string]*gateScan
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(driver.Conn)
+		if !ok {
+			return errors.New("not a driver connection")
+		}
+		scan, err = scanSessions(ctx, c, s.idx)
+		return err
+	})
+	if checked != nil {
+		if cerr := <-checked; cerr != nil {
+			return cerr // a damaged file: say so, whatever the scan met
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("index sessions: %w", err)
+	}
+	s.startScan = scan
 	// The counters must equal the rows they count before the writer trusts
 	// them: repair a mismatch (a file edited by hand, restored from parts)
 	// and say so.
-	if _, err := verifyCounters(ctx, conn, s.log); err != nil {
+	if _, err := verifyCounters(ctx, conn, scan, s.log); err != nil {
 		return err
 	}
 	// The database must still hold what its identity file records.
@@ -419,48 +462,6 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	}
 	s.id = id
 	return nil
-}
-
-// loadIndex reads the key of every row into the index.
-func (s *Store) loadIndex() error {
-	rows, err := s.wc.query(s.wc.keys)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	x := s.idx
-	var g *gateIDs
-	var gname string
-	var dest [3]driver.Value
-	for {
-		err := rows.Next(dest[:])
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		gate, pos, id := asString(dest[0]), asInt(dest[1]), asString(dest[2])
-		if g == nil || gate != gname {
-			g, gname = x.gate(gate), gate
-		}
-		h := x.hash(id)
-		other, taken := g.h[h]
-		if !taken {
-			g.h[h] = pos
-			continue
-		}
-		// Another row has the hash: another id (then this one goes to
-		// long), or the same id twice, which the writer never writes.
-		var key [1]driver.Value
-		if _, err := s.wc.queryRow(s.wc.idAt, key[:], gate, other); err != nil {
-			return err
-		}
-		if _, dup := g.long[id]; dup || asString(key[0]) == id {
-			return fmt.Errorf("session %q of gate %q is stored twice", id, gate)
-		}
-		g.long[id] = pos
-	}
 }
 
 func (s *Store) closeDBs() error {
