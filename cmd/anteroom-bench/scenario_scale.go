@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -33,7 +34,7 @@ type bulkLayout struct {
 // (and records its identity), then one SQL statement inserts the rows.
 func seedBulk(ctx context.Context, dir string, l bulkLayout, now, old time.Time) error {
 	path := dbPath(dir)
-	st, err := sqlite.Open(path, sqlite.Options{})
+	st, err := sqlite.Open(path, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
@@ -139,47 +140,62 @@ func (b *bench) startupAt(ctx context.Context, n int) ([]Result, error) {
 	b.progress("startup: %s sessions bulk-loaded in %s (%s)", sizeName(n), time.Since(t0).Round(time.Millisecond), fileSize(dbPath(dir)))
 	clock := sessiontest.NewClock(now)
 	cfg := session.GateConfig{Name: gateName, ActiveLimit: int64(l.active), ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute}
-	var best []Result
-	bestTotal := time.Duration(1 << 62)
-	const restarts = 3
-	for range restarts { // the best of three: a shared machine's stalls are not the code's
+	// The first start reads every row (the file was written by another
+	// process: no snapshot of the index can be trusted, as after a crash);
+	// each later one follows a clean Close, which leaves the snapshot.
+	type startTimes struct{ opened, loaded, ready, cpu, closed time.Duration }
+	var scan startTimes
+	best := startTimes{ready: 1 << 62}
+	const restarts = 4
+	for i := range restarts {
 		start, cpu0 := time.Now(), cpuTime()
-		st, err := sqlite.Open(dbPath(dir), sqlite.Options{})
+		st, err := sqlite.Open(dbPath(dir), sqlite.Options{Logger: b.quietLog()})
 		if err != nil {
 			return nil, err
 		}
-		opened := time.Since(start)
+		var t startTimes
+		t.opened = time.Since(start)
 		wl, err := session.New(ctx, st, []session.GateConfig{cfg}, session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1})
 		if err != nil {
 			st.Close()
 			return nil, err
 		}
-		loaded := time.Since(start)
+		t.loaded = time.Since(start)
 		if _, err := wl.Update(ctx); err != nil {
 			wl.Close()
 			st.Close()
 			return nil, err
 		}
-		ready, cpu := time.Since(start), cpuTime()-cpu0
+		t.ready, t.cpu = time.Since(start), cpuTime()-cpu0
 		v, _ := wl.Global(gateName)
 		_ = wl.Close()
+		c0 := time.Now()
 		if err := st.Close(); err != nil {
 			return nil, err
 		}
+		t.closed = time.Since(c0)
 		if v.Active != int64(l.active) || v.Waiting != int64(n-l.active) {
 			return nil, fmt.Errorf("loaded active=%d waiting=%d, want %d and %d", v.Active, v.Waiting, l.active, n-l.active)
 		}
-		b.debugf("startup %s: open %s, load %s, ready %s", sizeName(n), opened, loaded, ready)
-		if ready < bestTotal {
-			bestTotal = ready
-			want := float64(n) / 1e6 // 1 s per million
-			best = []Result{{Metric: "start-up to ready, " + sizeName(n) + " sessions", Unit: unitMs, Value: ms(ready),
-				Check: checkValueMax, Want: want * 1000, Target: fmt.Sprintf("<= %s", time.Duration(want*float64(time.Second))),
-				Note: fmt.Sprintf("best of %d restarts: store open %.0f ms, Waitlist loaded %.0f ms, first update %.0f ms; %.2f us per session; process CPU %.0f ms",
-					restarts, ms(opened), ms(loaded-opened), ms(ready-loaded), float64(ready.Microseconds())/float64(n), ms(cpu))}}
+		b.debugf("startup %s #%d: open %s, load %s, ready %s, CPU %s, close %s", sizeName(n), i, t.opened, t.loaded, t.ready, t.cpu, t.closed)
+		if i == 0 {
+			scan = t
+		} else if t.ready < best.ready {
+			best = t
 		}
 	}
-	return best, nil
+	want := float64(n) / 1e6 // 1 s per million
+	note := func(t startTimes) string {
+		return fmt.Sprintf("store open %.0f ms, Waitlist loaded %.0f ms, first update %.0f ms; %.2f us per session; process CPU %.0f ms; the Close before it %.0f ms",
+			ms(t.opened), ms(t.loaded-t.opened), ms(t.ready-t.loaded), float64(t.ready.Microseconds())/float64(n), ms(t.cpu), ms(best.closed))
+	}
+	return []Result{
+		{Metric: "start-up to ready after a clean close, " + sizeName(n) + " sessions", Unit: unitMs, Value: ms(best.ready),
+			Check: checkValueMax, Want: want * 1000, Target: fmt.Sprintf("<= %s", time.Duration(want*float64(time.Second))),
+			Note: fmt.Sprintf("best of %d restarts (index from the snapshot of the close): ", restarts-1) + note(best)},
+		{Metric: "start-up to ready after a foreign write or a crash, " + sizeName(n) + " sessions", Unit: unitMs, Value: ms(scan.ready),
+			Note: "one start, every row scanned: " + note(scan)},
+	}, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -295,4 +311,10 @@ func (b *bench) updateAt(ctx context.Context, n int) ([]Result, error) {
 			Note: fmt.Sprintf("p99 %.1f ms (no update: p99 %.1f ms, %d joins); baseline: worst join with no update, same file",
 				ms(p99Up), ms(p99Quiet), len(quiet))}.withBaseline(ms(worstQuiet)),
 	}, nil
+}
+
+// quietLog is the logger of the stores the scale scenarios open: warnings
+// only.
+func (b *bench) quietLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

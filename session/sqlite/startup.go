@@ -43,23 +43,6 @@ type gateScan struct {
 // count.
 func scanSessions(ctx context.Context, c driver.Conn, x *idIndex) (map[string]*gateScan, error) {
 	w := &wconn{c: c}
-	pc, ok := c.(driver.ConnPrepareContext)
-	if !ok {
-		return nil, errors.New("driver connection cannot prepare with a context")
-	}
-	prep := func(q string) (*stmt, error) {
-		st, err := pc.PrepareContext(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("prepare %q: %w", q, err)
-		}
-		s := &stmt{st: st}
-		s.ex, _ = st.(driver.StmtExecContext)
-		if s.q, ok = st.(driver.StmtQueryContext); !ok {
-			st.Close()
-			return nil, errors.New("driver statement cannot query with a context")
-		}
-		return s, nil
-	}
 	var stmts []*stmt
 	defer func() {
 		for _, s := range stmts {
@@ -71,7 +54,7 @@ func scanSessions(ctx context.Context, c driver.Conn, x *idIndex) (map[string]*g
 		dst **stmt
 		q   string
 	}{{&gatesSt, sqlScanGates}, {&scanSt, sqlScanGate}, {&countSt, sqlGateCounts}, {&idAtSt, sqlIDAt}} {
-		s, err := prep(p.q)
+		s, err := prepareOn(c, p.q)
 		if err != nil {
 			return nil, err
 		}

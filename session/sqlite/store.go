@@ -209,7 +209,13 @@ type Store struct {
 	// positions serve its first Load, unless a transaction changed its
 	// rows first (startup.go).
 	startScan map[string]*gateScan
-	b         batch
+	// The snapshot taken at Open (snapshot.go), until the start-up uses it
+	// or not (snapWhy says why not), and whether it did.
+	snap         []snapGate
+	snapKey      uint64
+	snapWhy      string
+	fromSnapshot bool
+	b            batch
 
 	stats struct {
 		ops, txs, failed, maxBatch atomic.Int64
@@ -289,6 +295,7 @@ func Open(path string, opts Options) (*Store, error) {
 		dbFile.Close()
 		return fail(err)
 	}
+	snap, snapKey, snapWhy := takeSnapshot(path) // under the lock: the file is ours
 	s := &Store{
 		path:       path,
 		log:        opts.Logger,
@@ -303,6 +310,9 @@ func Open(path string, opts Options) (*Store, error) {
 		recordDone: make(chan struct{}),
 		cache:      make(map[string]*gateEntry),
 		idx:        newIDIndex(),
+		snap:       snap,
+		snapKey:    snapKey,
+		snapWhy:    snapWhy,
 	}
 	if err := s.open(opts); err != nil {
 		_ = s.closeDBs()
@@ -437,9 +447,23 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 		if !ok {
 			return errors.New("not a driver connection")
 		}
+		if s.snap != nil {
+			scan, err = useSnapshot(c, s.idx, s.snap, s.snapKey)
+			if err != nil || scan != nil {
+				s.fromSnapshot = err == nil
+				return err
+			}
+			s.snapWhy = "it disagrees with the table"
+		}
 		scan, err = scanSessions(ctx, c, s.idx)
 		return err
 	})
+	s.snap = nil
+	if s.fromSnapshot {
+		s.log.Info("anteroom: session index loaded from the snapshot of the last clean close", "path", s.path)
+	} else if s.snapWhy != "none" {
+		s.log.Info("anteroom: session index built by a scan: the snapshot of the last close was not used", "path", s.path, "why", s.snapWhy)
+	}
 	if checked != nil {
 		if cerr := <-checked; cerr != nil {
 			return cerr // a damaged file: say so, whatever the scan met
@@ -875,7 +899,17 @@ func (s *Store) Close() error {
 		if rerr := s.recordIdentity(context.Background(), false); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("record identity: %w", rerr))
 		}
+		// The index's snapshot for the next start (snapshot.go): read while
+		// the writer's connection is open, written once every connection
+		// closed, stamped with the file as they left it.
+		snap, serr := s.snapshotGates()
 		err = errors.Join(err, s.closeDBs())
+		if serr == nil && err == nil {
+			serr = writeSnapshot(s.path, s.idx, snap)
+		}
+		if serr != nil {
+			s.log.Warn("anteroom: no snapshot of the session index for the next start (it will scan the sessions)", "path", s.path, "err", serr)
+		}
 		err = errors.Join(err, s.dbFile.Close())
 		if lerr := releaseLock(s.lock); lerr != nil {
 			err = errors.Join(err, lerr)
