@@ -432,7 +432,7 @@ func (s *Server) join(c echo.Context) error {
 	if view.Status == session.StatusWaiting {
 		s.setRetryAfter(c, view)
 	}
-	return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
+	return s.writeJoin(c, &view, tok)
 }
 
 // allowJoin spends one request of the client's per-IP rate limit, the one
