@@ -112,3 +112,38 @@ func (s *Server) writeJoin(c echo.Context, view *session.SessionView, tok string
 }
 
 var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// sessionCookie is the Set-Cookie value http.Cookie.String gives the
+// session cookie (Path=/, HttpOnly, SameSite=Lax, Max-Age maxAge when
+// positive, Secure when asked), written without its validation and
+// allocations; ok is false (the caller uses http.Cookie) for a token that
+// is not plain cookie text.
+func sessionCookie(tok string, maxAge int, secure bool) (string, bool) {
+	if tok == "" {
+		return "", false
+	}
+	for i := 0; i < len(tok); i++ {
+		switch c := tok[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return "", false
+		}
+	}
+	b := make([]byte, 0, len(CookieName)+len(tok)+64)
+	b = append(b, CookieName...)
+	b = append(b, '=')
+	b = append(b, tok...)
+	b = append(b, "; Path=/"...)
+	if maxAge > 0 {
+		b = append(b, "; Max-Age="...)
+		b = strconv.AppendInt(b, int64(maxAge), 10)
+	} else if maxAge < 0 {
+		b = append(b, "; Max-Age=0"...)
+	}
+	b = append(b, "; HttpOnly"...)
+	if secure {
+		b = append(b, "; Secure"...)
+	}
+	b = append(b, "; SameSite=Lax"...)
+	return string(b), true
+}

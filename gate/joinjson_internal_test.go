@@ -132,3 +132,37 @@ func TestAppendJoinJSONRandomViews(t *testing.T) {
 	}
 	assert.Greater(t, fast, 500, "the fast path is taken for ordinary views")
 }
+
+// The hand-written session cookie is http.Cookie's, byte for byte; a token
+// that is not plain cookie text goes through http.Cookie.
+func TestSessionCookieMatchesHTTPCookie(t *testing.T) {
+	cases := []struct {
+		tok    string
+		maxAge int
+		secure bool
+		ok     bool
+	}{
+		{"abcDEF-_09.1767225600.mAcMaC_-", 86400, false, true},
+		{"abc.1.x", 86400, true, true},
+		{"abc.1.x", 0, false, true},
+		{"abc.1.x", -5, true, true},
+		{"", 60, false, false},
+		{"a b", 60, false, false},
+		{"a,b", 60, false, false},
+		{`a"b`, 60, false, false},
+		{"a;Path=/x", 60, false, false},
+		{"caf\u00e9", 60, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.tok, func(t *testing.T) {
+			got, ok := sessionCookie(tc.tok, tc.maxAge, tc.secure)
+			require.Equal(t, tc.ok, ok)
+			if !ok {
+				return
+			}
+			want := (&http.Cookie{Name: CookieName, Value: tc.tok, Path: "/", MaxAge: tc.maxAge, HttpOnly: true,
+				SameSite: http.SameSiteLaxMode, Secure: tc.secure}).String()
+			assert.Equal(t, want, got)
+		})
+	}
+}

@@ -457,6 +457,11 @@ var errAnswered = errors.New("gate: answered")
 
 func (s *Server) setCookie(c echo.Context, tok string) {
 	r := c.Request()
+	secure := r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+	if v, ok := sessionCookie(tok, int(s.opts.Signer.TTL()/time.Second), secure); ok {
+		c.Response().Header().Add("Set-Cookie", v)
+		return
+	}
 	c.SetCookie(&http.Cookie{
 		Name:     CookieName,
 		Value:    tok,
