@@ -481,6 +481,7 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		}
 		o.snaps[name] = snap
 	}
+	s.startScan = nil // what Open's scan found served the first Load
 	return nil
 }
 

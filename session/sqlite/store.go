@@ -422,6 +422,11 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	}
 	var checked <-chan error
 	if version < SchemaVersion {
+		// Migrations may change rows: a snapshot of the old schema's
+		// rows is not trusted.
+		if s.snap != nil {
+			s.snap, s.snapWhy = nil, "the schema is migrated"
+		}
 		if err := quickCheck(ctx, conn, s.path); err != nil {
 			return err
 		}
