@@ -456,7 +456,10 @@ func (s *Server) join(c echo.Context) error {
 		s.setRetryAfter(c, view)
 	}
 	s.withAdmission(r.Context(), &view)
-	return s.answerJoin(c, joinResponse{SessionView: view, Token: tok}, codeErr)
+	if codeErr != nil {
+		return s.answerJoin(c, joinResponse{SessionView: view, Token: tok}, codeErr)
+	}
+	return s.writeJoin(c, &view, tok)
 }
 
 // allowJoin spends one request of the client's per-IP rate limit, the one
@@ -481,6 +484,11 @@ var errAnswered = errors.New("gate: answered")
 
 func (s *Server) setCookie(c echo.Context, tok string) {
 	r := c.Request()
+	secure := r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+	if v, ok := sessionCookie(tok, int(s.opts.Signer.TTL()/time.Second), secure); ok {
+		c.Response().Header().Add("Set-Cookie", v)
+		return
+	}
 	c.SetCookie(&http.Cookie{
 		Name:     CookieName,
 		Value:    tok,

@@ -63,7 +63,10 @@ type Store interface {
 	// in position order up to PromotionCount, each step in transactions of at
 	// most chunk rows so that the writer is never held for long. The chunk
 	// is the caller's (the Waitlist's Options.UpdateChunk); chunk <= 0 means
-	// DefaultUpdateChunk.
+	// DefaultUpdateChunk. A Store may let a transaction grow to at most
+	// UpdateChunkGrowth × chunk rows while no other operation waits for its
+	// writer (fewer, larger transactions when nobody is held by them); it
+	// comes back to chunk as soon as one does.
 	Update(ctx context.Context, cfg GateConfig, now time.Time, chunk int) (UpdateReport, error)
 
 	// Close flushes and closes the Store. Calls after it return ErrUnavailable.

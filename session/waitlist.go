@@ -59,6 +59,11 @@ type Options struct {
 // Store uses when Update is asked for none.
 const DefaultUpdateChunk = 256
 
+// UpdateChunkGrowth bounds how far a Store may grow an update's transactions
+// beyond the chunk while no other operation waits for its writer
+// (Store.Update).
+const UpdateChunkGrowth = 8
+
 const (
 	defaultTouchInterval = 5 * time.Second
 	defaultSweepInterval = 250 * time.Millisecond

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"log/slog"
 	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
@@ -264,4 +266,46 @@ func TestAbandonPlans(t *testing.T) {
 	assert.InDelta(t, 750, count[kindSilent], 100)
 	assert.InDelta(t, 1000, count[kindHide], 100)
 	assert.InDelta(t, 50, count[kindPoll], 30)
+}
+
+// The bulk-loaded file of the scale scenarios is one the store accepts as
+// it is (no counter repaired), with the stale sessions where the layout
+// says, and its start-up and update scenarios run on it (small sizes).
+func TestBulkSeedAndScaleScenarios(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clock := sessiontest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	now := clock.Now()
+	l := bulkLayout{sessions: 500, active: 40, staleActive: 10, staleWaiting: 20}
+	require.NoError(t, seedBulk(ctx, dir, l, now, now.Add(-time.Hour)))
+	var log sessiontest.LogBuffer
+	in, err := startInstance(ctx, instanceConfig{dir: dir, limit: int64(l.active), clock: clock, touchInterval: -1, sweepInterval: -1,
+		interval: time.Second, log: slog.New(slog.NewTextHandler(&log, nil))})
+	require.NoError(t, err)
+	defer in.Close()
+	assert.NotContains(t, log.String(), "repaired", "the seeded counters match the rows")
+	v, err := in.wl.Global(gateName)
+	require.NoError(t, err)
+	assert.EqualValues(t, 40, v.Active)
+	assert.EqualValues(t, 460, v.Waiting)
+	reports, err := in.wl.Update(ctx)
+	require.NoError(t, err)
+	require.Len(t, reports, 1)
+	assert.EqualValues(t, 10, reports[0].PurgedActive)
+	assert.EqualValues(t, 20, reports[0].PurgedWaiting)
+	assert.EqualValues(t, 10, reports[0].Promoted)
+	in.Close()
+
+	var out bytes.Buffer
+	b := &bench{cfg: config{smoke: true, scaleSizes: "3000"}, log: &out}
+	b.cfg.fillDefaults()
+	b.cfg.tickQuietPhase = 100 * time.Millisecond
+	for _, name := range []string{"startup", "update"} {
+		res, err := b.run(ctx, name)
+		require.NoError(t, err, name)
+		require.Len(t, res, 2, name)
+		for _, r := range res {
+			assert.Positive(t, r.Value, "%s: %s", name, r.Metric)
+		}
+	}
 }

@@ -11,7 +11,7 @@
 //	go run ./cmd/anteroom-bench -json out.json fanout
 //
 // Scenarios (all when none is named): join-inproc, validate-inproc,
-// join-http, check-http, storm, tick, fanout, abandon. On Postgres, when
+// join-http, check-http, storm, tick, fanout, abandon, startup, update. On Postgres, when
 // named or with the others when -database is given: pg-join, pg-fanout,
 // pg-startup; without -database they start a private server (initdb in a
 // temporary directory):
@@ -68,6 +68,8 @@ type config struct {
 	tickActive     int
 	tickJoinRate   int
 	tickQuietPhase time.Duration
+	scaleSizes     string // startup, update: sessions per file, comma-separated
+	updateStale    int    // update: stale sessions (0: 1% of the file)
 
 	abandonScale    float64
 	abandonWaiters  int
@@ -78,7 +80,7 @@ type config struct {
 	pg pgConfig
 }
 
-var scenarioNames = []string{"join-inproc", "validate-inproc", "join-http", "join-http-history", "check-http", "storm", "tick", "fanout", "abandon"}
+var scenarioNames = []string{"join-inproc", "validate-inproc", "join-http", "join-http-history", "check-http", "storm", "tick", "fanout", "abandon", "startup", "update"}
 
 // pgScenarioNames run on Postgres: when named, or with the rest when
 // -database is given.
@@ -113,6 +115,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.tickActive, "tick-active", 0, "active limit (and active sessions) of the tick gate (default 10000, smoke 1000)")
 	fs.IntVar(&c.tickJoinRate, "tick-join-rate", 1000, "joins/s offered while measuring join latency in tick")
 	fs.DurationVar(&c.tickQuietPhase, "tick-quiet", 0, "length of the no-tick join latency phase (default 2s, smoke 500ms)")
+	fs.StringVar(&c.scaleSizes, "scale-sizes", "", "startup, update: sessions in each bulk-loaded file, comma-separated (default 1000000,5000000, smoke 20000)")
+	fs.IntVar(&c.updateStale, "update-stale", 0, "update: stale sessions, half active and half waiting (default 1% of the file)")
 	fs.Float64Var(&c.abandonScale, "abandon-scale", 0, "abandon: simulated time runs this many times faster, every duration and timeout divided by it (default 10, smoke 100)")
 	fs.IntVar(&c.abandonWaiters, "abandon-waiters", 0, "abandon: waiters arriving over a simulated minute (default 5000, smoke 300)")
 	fs.IntVar(&c.abandonLimit, "abandon-limit", 0, "abandon: active limit, all taken by visitors at the start (default 100, smoke 20)")
@@ -283,6 +287,12 @@ func (c *config) fillDefaults() {
 	setI(&c.tickStale, 10000, 1000)
 	setI(&c.tickActive, 10000, 1000)
 	setD(&c.tickQuietPhase, 2*time.Second, 500*time.Millisecond)
+	if c.scaleSizes == "" {
+		c.scaleSizes = "1000000,5000000"
+		if c.smoke {
+			c.scaleSizes = "20000"
+		}
+	}
 	setI(&c.abandonWaiters, 5000, 300)
 	setI(&c.abandonLimit, 100, 20)
 	setD(&c.abandonDuration, 10*time.Minute, 6*time.Minute)
@@ -347,6 +357,10 @@ func (b *bench) run(ctx context.Context, name string) ([]Result, error) {
 		return b.pgFanout(ctx)
 	case "pg-startup":
 		return b.pgStartup(ctx)
+	case "startup":
+		return b.startup(ctx)
+	case "update":
+		return b.update(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q", name)
 }

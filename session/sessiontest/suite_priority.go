@@ -21,6 +21,7 @@ func testPriority(t *testing.T, open Opener) {
 	t.Run("AdmittedUsesNothing", func(t *testing.T) { testPriorityAdmitted(t, open) })
 	t.Run("ConcurrentUses", func(t *testing.T) { testPriorityConcurrent(t, open) })
 	t.Run("PlacesNeverRise", func(t *testing.T) { testPriorityPlaces(t, open) })
+	t.Run("ActiveAboveTheLine", func(t *testing.T) { testPriorityActiveAboveTheLine(t, open) })
 }
 
 func codeStore(tb testing.TB, s session.Store) session.CodeStore {
@@ -312,4 +313,36 @@ func testPriorityPlaces(t *testing.T, open Opener) {
 	require.NoError(t, err)
 	assert.Equal(t, withoutRate(before), withoutRate(after), "both lanes survive a restart")
 	check(-1)
+}
+
+// testPriorityActiveAboveTheLine checks that an active session of the
+// priority lane, promoted ahead of normal waiters with lower positions, is
+// among the active sessions Load returns after a restart: the active set is
+// not only what lies below the first waiting position.
+func testPriorityActiveAboveTheLine(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := GateConfig(gateName, 1)
+	newCode(t, h, "vip-above-the-line", 1, time.Hour)
+	h.join(cfg, "first")
+	h.join(cfg, "n1")
+	h.join(cfg, "n2")
+	vip, codeErr := h.joinCode(cfg, "vip", "vip-above-the-line")
+	require.NoError(t, codeErr)
+	require.Equal(t, session.LanePriority, vip.Lane)
+	h.release(cfg, "first") // the priority lane goes first
+	got, ok := h.get(gateName, "vip")
+	require.True(t, ok)
+	require.Equal(t, session.StatusActive, got.Status)
+	n1, _ := h.get(gateName, "n1")
+	require.Less(t, n1.Position, got.Position, "promoted above a waiter of the normal lane")
+
+	h.reopen()
+	snaps, err := h.store.Load(h.ctx, []string{gateName})
+	require.NoError(t, err)
+	var ids []string
+	for _, s := range snaps[gateName].Active {
+		ids = append(ids, s.ID)
+	}
+	assert.Equal(t, []string{"vip"}, ids, "the active set after a restart")
+	assert.Equal(t, int64(1), snaps[gateName].State.Active)
 }

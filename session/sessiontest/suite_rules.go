@@ -386,13 +386,17 @@ func testUpdateChunks(t *testing.T, open Opener) {
 	mark := h.mark()
 	r := h.update(cfg, chunk)
 	assert.Equal(t, session.UpdateReport{Gate: gateName, PurgedWaiting: 6, PurgedActive: 5, Promoted: 5}, zeroCounts(r))
-	// 16 rows, at most 4 per transaction.
-	assert.GreaterOrEqual(t, r.Transactions, 4)
+	// 16 rows, at most 4 in the first transaction; later ones may grow to
+	// UpdateChunkGrowth × 4 while nothing else waits for the writer.
+	assert.GreaterOrEqual(t, r.Transactions, 2)
 	commits := h.commitsSince(mark)
-	assert.GreaterOrEqual(t, len(commits), 3, "each chunk's commit is reported")
+	assert.GreaterOrEqual(t, len(commits), 2, "each chunk's commit is reported")
+	if assert.NotEmpty(t, commits) {
+		assert.LessOrEqual(t, len(commits[0].Events), chunk, "a first commit of more than one chunk")
+	}
 	var deactivated, promoted, dequeued []string
 	for _, c := range commits {
-		assert.LessOrEqual(t, len(c.Events), chunk, "a commit of more than one chunk")
+		assert.LessOrEqual(t, len(c.Events), chunk*session.UpdateChunkGrowth, "a commit of more than the chunk may grow to")
 		for _, e := range c.Events {
 			switch e.Kind {
 			case session.EventDeactivated:

@@ -37,16 +37,35 @@ const (
 	// (unless called back and still unclaimed), or unclaimed past its
 	// deadline at ?4. A row without last_active (written before 0003) is
 	// last seen at its creation.
-	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND coalesce(last_active, created_at) < ?2 LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
-	sqlPurgeActive  = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND ((coalesce(last_active, created_at) < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL)) OR claim_deadline < ?4) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
-	sqlActive       = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ? AND status = 1 ORDER BY position`
-	sqlWaitingPos   = `SELECT position FROM sessions WHERE gate = ? AND status = 0 ORDER BY position`
-	sqlKeys         = `SELECT gate, position, id FROM sessions`
-	sqlIDAt         = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
-	sqlSelectMeta   = `SELECT value FROM meta WHERE key = ?`
-	sqlInsertMeta   = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
-	sqlDeleteMeta   = `DELETE FROM meta WHERE key = ?`
-	sqlAllRows      = `SELECT id, position, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?`
+	//
+	// Each branch is a range of an index on when the rows expire
+	// (migrations/0009): sessions_last_active for the last sign of life,
+	// sessions_unseen for rows without one, sessions_claim for claim
+	// deadlines. No branch sweeps the gate: the cost follows what is stale.
+	// The branches are disjoint (UNION ALL, no sort): the claim branch
+	// leaves out the rows the first two select.
+	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
+		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active < ?2 ` +
+		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2` +
+		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
+	sqlPurgeActive = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
+		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
+		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
+		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1)` +
+		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
+	// The active set: the rows below the first waiting position (?2), and
+	// above it only active sessions of the priority lane (promoted ahead
+	// of the normal lane; index sessions_priority_active, migrations/0010),
+	// so the long line is not read.
+	sqlActive = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position < ?2 AND status = 1 ` +
+		`UNION ALL SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 1 AND lane = 1 ORDER BY position`
+	sqlWaitingPos = `SELECT position FROM sessions WHERE gate = ? AND status = 0 ORDER BY position`
+	sqlKeys       = `SELECT gate, position, id FROM sessions`
+	sqlIDAt       = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
+	sqlSelectMeta = `SELECT value FROM meta WHERE key = ?`
+	sqlInsertMeta = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
+	sqlDeleteMeta = `DELETE FROM meta WHERE key = ?`
+	sqlAllRows    = `SELECT id, position, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?`
 )
 
 // stmt is a statement prepared on the writer's driver connection.

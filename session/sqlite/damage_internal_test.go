@@ -64,13 +64,31 @@ func corruptLeaf(t *testing.T, path, table string) {
 	require.NoError(t, err)
 }
 
+// joinAndClose joins n sessions (long ids, so that their rows fill many
+// pages) to the default gate of a new store at path and closes it.
+func joinAndClose(t *testing.T, path string, n int) {
+	t.Helper()
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	cfg := sessiontest.GateConfig("default", 10)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := s.Join(context.Background(), cfg, fmt.Sprintf("session-%06d-padding-padding-padding-padding", i), epoch)
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	require.NoError(t, s.Close())
+}
+
 // A scan that fails part way (a damaged page) is an error, not the end of
-// the rows: without checking rows.Err, verifyCounters took the gates it had
-// read for all of them and went on to repair counters from a partial view.
-func TestVerifyCountersStopsOnAFailedScan(t *testing.T) {
+// the rows: the start-up scan must not build the index, nor count the rows
+// for the counters' check, from a partial view.
+func TestStartupScanStopsOnAFailedScan(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v.db")
-	fillAndClose(t, path, 3000)
-	corruptLeaf(t, path, "gates")
+	joinAndClose(t, path, 3000)
+	corruptLeaf(t, path, "sessions")
 
 	db, err := sql.Open("sqlite", path)
 	require.NoError(t, err)
@@ -79,9 +97,25 @@ func TestVerifyCountersStopsOnAFailedScan(t *testing.T) {
 	conn, err := db.Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
-	repairs, err := verifyCounters(ctx, conn, slog.New(slog.DiscardHandler))
-	require.Error(t, err, "repairs made: %d", len(repairs))
+	var counted map[string]*gateScan
+	err = conn.Raw(func(dc any) error {
+		var err error
+		counted, err = scanSessions(ctx, dc.(driver.Conn), newIDIndex())
+		return err
+	})
+	require.Error(t, err, "counted: %v", counted)
 	assert.Contains(t, err.Error(), "malformed")
+}
+
+// The same damage refuses Open with the quick_check's verdict, which runs
+// beside the scan (and is waited for even when the scan failed first).
+func TestOpenRefusesDamagedSessionsRows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v.db")
+	joinAndClose(t, path, 3000)
+	corruptLeaf(t, path, "sessions")
+	_, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, ErrDamaged)
+	assert.Contains(t, err.Error(), "failed PRAGMA quick_check")
 }
 
 // A database that fails PRAGMA quick_check is refused at Open.

@@ -1,7 +1,8 @@
 package sqlite
 
 import (
-	"hash/maphash"
+	"crypto/rand"
+	"encoding/binary"
 	"sync"
 )
 
@@ -17,8 +18,8 @@ import (
 // of pages. Owning the file alone (the process lock) is what makes an index
 // kept beside the table sound, as it does for the counters.
 //
-// Memory: the ids are not kept, only a 64-bit keyed hash of each (random
-// seed per Store) and the position, about 40 bytes per session (36 MB for
+// Memory: the ids are not kept, only a 64-bit keyed hash of each (a random
+// key, kept with the index's snapshot at Close: snapshot.go) and the position, about 40 bytes per session (36 MB for
 // a million; rebuilding it takes about a second per million rows), in maps
 // without pointers, which the garbage collector does not scan. Every hit is
 // verified against the row itself, so a hash collision is never taken for
@@ -30,7 +31,7 @@ import (
 // from the transaction's pending changes (dropped when it rolls back). The
 // writer sees its own pending changes first.
 type idIndex struct {
-	seed maphash.Seed
+	key uint64 // of hashID
 
 	mu    sync.RWMutex
 	gates map[string]*gateIDs
@@ -61,7 +62,7 @@ type pending struct {
 
 func newIDIndex() *idIndex {
 	return &idIndex{
-		seed:     maphash.MakeSeed(),
+		key:      randomKey(),
 		gates:    make(map[string]*gateIDs),
 		pendH:    make(map[hashKey]pending),
 		pendLong: make(map[longKey]pending),
@@ -72,7 +73,40 @@ func (x *idIndex) hash(id string) uint64 {
 	if testHookHash != nil {
 		return testHookHash(id)
 	}
-	return maphash.String(x.seed, id)
+	return hashID(x.key, id)
+}
+
+func randomKey() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// hashID is FNV-1a from a state set by key, then the splitmix64 finalizer.
+// Keyed, so that which ids collide cannot be known from outside; a
+// collision costs only a place in the long map (every hit is verified
+// against the row). Unlike hash/maphash, its key can be saved with the
+// index's snapshot.
+func hashID[T string | []byte](key uint64, id T) uint64 {
+	h := key ^ 14695981039346656037
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// hashBytes is hash of the id in b.
+func (x *idIndex) hashBytes(b []byte) uint64 {
+	if testHookHash != nil {
+		return testHookHash(string(b))
+	}
+	return hashID(x.key, b)
 }
 
 // testHookHash, set only by this package's tests before Open, replaces the

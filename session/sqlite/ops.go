@@ -78,6 +78,7 @@ func (s *Store) finish(b *batch) (map[string]session.GateState, error) {
 		}
 		if e.report {
 			e.report = false
+			delete(s.startScan, e.name) // its rows changed since Open's scan
 			st, err := s.state(e)
 			if err != nil {
 				return nil, err
@@ -490,15 +491,7 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		rows, err := s.wc.query(s.wc.active, name)
-		if err != nil {
-			return fmt.Errorf("read active sessions: %w", err)
-		}
-		active, err := s.wc.sessions(rows, name, nil)
-		if err != nil {
-			return fmt.Errorf("read active sessions: %w", err)
-		}
-		waiting, err := s.waitingPositions(name, st.Waiting)
+		active, waiting, err := s.loadRows(name, st)
 		if err != nil {
 			return err
 		}
@@ -514,6 +507,7 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		}
 		o.snaps[name] = snap
 	}
+	s.startScan = nil // what Open's scan found served the first Load
 	return nil
 }
 

@@ -247,6 +247,8 @@ func TestWALStaysBounded(t *testing.T) {
 // one owner of that size (session.Options.UpdateChunk); none asked means
 // session.DefaultUpdateChunk.
 func TestUpdateHonoursTheChunkAsked(t *testing.T) {
+	defer func(q time.Duration) { adaptChunkQuick = q }(adaptChunkQuick)
+	adaptChunkQuick = 0 // no transaction is quick enough to grow the next
 	cases := []struct {
 		chunk, wantTxs int
 	}{
@@ -280,3 +282,48 @@ func TestUpdateHonoursTheChunkAsked(t *testing.T) {
 }
 
 func sqlOpen(path string) (*sql.DB, error) { return sql.Open("sqlite", path) }
+
+// An update's transactions grow while nobody waits for the writer (fewer
+// commits for the same rows), up to session.UpdateChunkGrowth × the chunk.
+func TestUpdateChunkGrowsWhileIdle(t *testing.T) {
+	defer func(q time.Duration) { adaptChunkQuick = q }(adaptChunkQuick)
+	adaptChunkQuick = time.Hour // every transaction counts as quick
+	s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer s.Close()
+	cfg := sessiontest.GateConfig("default", 300)
+	ctx := context.Background()
+	for i := range 300 {
+		_, err := s.Join(ctx, cfg, "a"+strconv.Itoa(i), epoch)
+		require.NoError(t, err)
+	}
+	var sizes []int
+	s.SetCommitListener(func(c session.Commit) { sizes = append(sizes, len(c.Events)) })
+	r, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Second), 10)
+	require.NoError(t, err)
+	assert.EqualValues(t, 300, r.PurgedActive)
+	// 10, 20, 40, 80, 80, 70 rows (the last with the empty promotion); at a
+	// fixed chunk it would take 31 transactions.
+	assert.Equal(t, 6, r.Transactions)
+	assert.Equal(t, []int{10, 20, 40, 80, 80, 70}, sizes)
+}
+
+func TestAdaptChunk(t *testing.T) {
+	cases := []struct {
+		name             string
+		cur, base, queue int
+		took             time.Duration
+		want             int
+	}{
+		{"first transaction: the chunk asked", 0, 256, 0, 0, 256},
+		{"idle and quick: doubles", 256, 256, 0, time.Millisecond, 512},
+		{"idle and quick: capped at the growth", 2048, 256, 0, time.Millisecond, 256 * session.UpdateChunkGrowth},
+		{"idle but slow: stays", 1024, 256, 0, time.Second, 1024},
+		{"an op waits: back to the chunk", 2048, 256, 1, time.Millisecond, 256},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, adaptChunk(tc.cur, tc.base, tc.queue, tc.took))
+		})
+	}
+}

@@ -74,7 +74,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -206,10 +205,22 @@ type Store struct {
 	probeMu   sync.Mutex
 	lastProbe time.Time
 
+	busy time.Duration // Options.BusyTimeout
+
 	// Owned by the writer goroutine.
 	cache map[string]*gateEntry
-	b     batch
-	hist  historyState
+	// startScan is what Open's scan found per gate; a gate's waiting
+	// positions serve its first Load, unless a transaction changed its
+	// rows first (startup.go).
+	startScan map[string]*gateScan
+	// The snapshot taken at Open (snapshot.go), until the start-up uses it
+	// or not (snapWhy says why not), and whether it did.
+	snap         []snapGate
+	snapKey      uint64
+	snapWhy      string
+	fromSnapshot bool
+	b            batch
+	hist         historyState
 
 	stats struct {
 		ops, txs, failed, maxBatch atomic.Int64
@@ -289,6 +300,7 @@ func Open(path string, opts Options) (*Store, error) {
 		dbFile.Close()
 		return fail(err)
 	}
+	snap, snapKey, snapWhy := takeSnapshot(path) // under the lock: the file is ours
 	s := &Store{
 		path:       path,
 		log:        opts.Logger,
@@ -304,6 +316,9 @@ func Open(path string, opts Options) (*Store, error) {
 		cache:      make(map[string]*gateEntry),
 		idx:        newIDIndex(),
 		hist:       historyState{off: opts.DisableHistory},
+		snap:       snap,
+		snapKey:    snapKey,
+		snapWhy:    snapWhy,
 	}
 	if err := s.open(opts); err != nil {
 		_ = s.closeDBs()
@@ -316,6 +331,10 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+func busyPragma(d time.Duration) string {
+	return fmt.Sprintf("busy_timeout(%d)", d.Milliseconds())
+}
+
 func dsn(path string, pragmas ...string) string {
 	q := url.Values{}
 	for _, p := range pragmas {
@@ -326,7 +345,8 @@ func dsn(path string, pragmas ...string) string {
 
 func (s *Store) open(opts Options) error {
 	ctx := context.Background()
-	busy := fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds())
+	s.busy = opts.BusyTimeout
+	busy := busyPragma(s.busy)
 	writerDSN := dsn(s.path, busy,
 		"journal_mode(WAL)",
 		"synchronous(NORMAL)",
@@ -345,9 +365,6 @@ func (s *Store) open(opts Options) error {
 	s.wc.c = c
 	if err := s.wc.prepare(ctx); err != nil {
 		return err
-	}
-	if err := s.loadIndex(); err != nil {
-		return fmt.Errorf("index sessions: %w", err)
 	}
 
 	var dest [1]driver.Value
@@ -402,20 +419,75 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	if mode != "wal" {
 		return fmt.Errorf("journal_mode is %q, want wal", mode)
 	}
-	if err := quickCheck(ctx, conn, s.path); err != nil {
+	// PRAGMA quick_check reads every page. Before migrations it runs
+	// first; otherwise beside the start-up scan, on a connection of its
+	// own, and Open waits for both.
+	var version int
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
 		return err
+	}
+	var checked <-chan error
+	if version < SchemaVersion {
+		// Migrations may change rows: a snapshot of the old schema's
+		// rows is not trusted.
+		if s.snap != nil {
+			s.snap, s.snapWhy = nil, "the schema is migrated"
+		}
+		if err := quickCheck(ctx, conn, s.path); err != nil {
+			return err
+		}
+	} else {
+		checked = quickCheckAsync(ctx, dsn(s.path, busyPragma(s.busy), "query_only(1)"), s.path)
 	}
 	applied, err := migrate(ctx, conn)
 	if err != nil {
+		if checked != nil {
+			if cerr := <-checked; cerr != nil {
+				return cerr
+			}
+		}
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if len(applied) > 0 {
 		s.log.Info("anteroom: database schema migrated", "path", s.path, "applied", applied, "version", SchemaVersion)
 	}
+	// One pass over the rows builds the id index and counts them.
+	var scan map[string]*gateScan
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(driver.Conn)
+		if !ok {
+			return errors.New("not a driver connection")
+		}
+		if s.snap != nil {
+			scan, err = useSnapshot(c, s.idx, s.snap, s.snapKey)
+			if err != nil || scan != nil {
+				s.fromSnapshot = err == nil
+				return err
+			}
+			s.snapWhy = "it disagrees with the table"
+		}
+		scan, err = scanSessions(ctx, c, s.idx)
+		return err
+	})
+	s.snap = nil
+	if s.fromSnapshot {
+		s.log.Info("anteroom: session index loaded from the snapshot of the last clean close", "path", s.path)
+	} else if s.snapWhy != "none" {
+		s.log.Info("anteroom: session index built by a scan: the snapshot of the last close was not used", "path", s.path, "why", s.snapWhy)
+	}
+	if checked != nil {
+		if cerr := <-checked; cerr != nil {
+			return cerr // a damaged file: say so, whatever the scan met
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("index sessions: %w", err)
+	}
+	s.startScan = scan
 	// The counters must equal the rows they count before the writer trusts
 	// them: repair a mismatch (a file edited by hand, restored from parts)
 	// and say so.
-	if _, err := verifyCounters(ctx, conn, s.log); err != nil {
+	if _, err := verifyCounters(ctx, conn, scan, s.log); err != nil {
 		return err
 	}
 	// The database must still hold what its identity file records.
@@ -425,48 +497,6 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	}
 	s.id = id
 	return nil
-}
-
-// loadIndex reads the key of every row into the index.
-func (s *Store) loadIndex() error {
-	rows, err := s.wc.query(s.wc.keys)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	x := s.idx
-	var g *gateIDs
-	var gname string
-	var dest [3]driver.Value
-	for {
-		err := rows.Next(dest[:])
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		gate, pos, id := asString(dest[0]), asInt(dest[1]), asString(dest[2])
-		if g == nil || gate != gname {
-			g, gname = x.gate(gate), gate
-		}
-		h := x.hash(id)
-		other, taken := g.h[h]
-		if !taken {
-			g.h[h] = pos
-			continue
-		}
-		// Another row has the hash: another id (then this one goes to
-		// long), or the same id twice, which the writer never writes.
-		var key [1]driver.Value
-		if _, err := s.wc.queryRow(s.wc.idAt, key[:], gate, other); err != nil {
-			return err
-		}
-		if _, dup := g.long[id]; dup || asString(key[0]) == id {
-			return fmt.Errorf("session %q of gate %q is stored twice", id, gate)
-		}
-		g.long[id] = pos
-	}
 }
 
 func (s *Store) closeDBs() error {
@@ -632,7 +662,10 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		activeCutoff:  activeCutoff.UnixNano(),
 		now:           now.UnixNano(),
 	}
+	var took time.Duration
 	for !step.finished {
+		step.chunk = adaptChunk(step.chunk, chunk, len(s.ops), took)
+		t0 := time.Now()
 		o := newOp(ctx, opUpdate)
 		o.cfg, o.now = cfg, now
 		o.updIn = step
@@ -644,6 +677,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 			rep.Duration = time.Since(start)
 			return rep, err
 		}
+		took = time.Since(t0)
 		rep.Transactions++
 		rep.PurgedWaiting += step.purgedWaiting
 		rep.PurgedActive += step.purgedActive
@@ -652,6 +686,27 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 	s.pruneAdmissions(ctx, cfg.Name, now, chunk)
 	rep.Duration = time.Since(start)
 	return rep, nil
+}
+
+// adaptChunkQuick is how long an update's transaction (with the wait for
+// the writer) may have taken for the next one to grow. A variable for the
+// tests.
+var adaptChunkQuick = 3 * time.Millisecond
+
+// adaptChunk returns the row budget of an update's next transaction, after
+// one of cur rows that took took (0 before the first): base (the caller's
+// chunk) while other operations wait for the writer (queued > 0), else
+// double the last while it was quick, up to session.UpdateChunkGrowth ×
+// base. Idle, the update takes fewer, larger transactions; a join that
+// arrives waits for one transaction of a few milliseconds at most.
+func adaptChunk(cur, base, queued int, took time.Duration) int {
+	switch {
+	case queued > 0 || took == 0:
+		return base
+	case took < adaptChunkQuick:
+		return min(cur*2, base*session.UpdateChunkGrowth)
+	}
+	return cur
 }
 
 // Purge deletes those of ids that session.StaleReason calls stale at now,
@@ -856,7 +911,17 @@ func (s *Store) Close() error {
 		if rerr := s.recordIdentity(context.Background(), false); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("record identity: %w", rerr))
 		}
+		// The index's snapshot for the next start (snapshot.go): read while
+		// the writer's connection is open, written once every connection
+		// closed, stamped with the file as they left it.
+		snap, serr := s.snapshotGates()
 		err = errors.Join(err, s.closeDBs())
+		if serr == nil && err == nil {
+			serr = writeSnapshot(s.path, s.idx, snap)
+		}
+		if serr != nil {
+			s.log.Warn("anteroom: no snapshot of the session index for the next start (it will scan the sessions)", "path", s.path, "err", serr)
+		}
 		err = errors.Join(err, s.dbFile.Close())
 		if lerr := releaseLock(s.lock); lerr != nil {
 			err = errors.Join(err, lerr)

@@ -15,18 +15,18 @@ type countersRepair struct {
 	nextPosition, maxSeen int64 // next_position as stored, largest position in a row
 }
 
-// verifyCounters checks, once at open, every gate's counters against the rows
-// they count and next_position against the largest position, in one
-// transaction on conn (the writer's, before the writer starts). A mismatch is
-// repaired (counters := counts, next_position := max+1 when it is not above
-// every position) and logged as a warning with the numbers; a gate row
-// missing for sessions that exist is recreated. It returns the repairs made,
-// and the error of any statement.
-func verifyCounters(ctx context.Context, conn *sql.Conn, log *slog.Logger) ([]countersRepair, error) {
+// verifyCounters checks, once at open, every gate's counters against the
+// rows they count and next_position against the largest position, as the
+// start-up scan found them (scanSessions), in one transaction on conn
+// (before the writer starts). A mismatch is repaired (counters := counts,
+// next_position := max+1 when it is not above every position) and logged as
+// a warning with the numbers; a gate row missing for sessions that exist is
+// recreated. It returns the repairs made, and the error of any statement.
+func verifyCounters(ctx context.Context, conn *sql.Conn, actual map[string]*gateScan, log *slog.Logger) ([]countersRepair, error) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return nil, fmt.Errorf("verify counters: %w", err)
 	}
-	repairs, err := verifyCountersTx(ctx, conn)
+	repairs, err := verifyCountersTx(ctx, conn, actual)
 	if err == nil && len(repairs) > 0 {
 		_, err = conn.ExecContext(ctx, "COMMIT")
 	} else {
@@ -48,42 +48,9 @@ func verifyCounters(ctx context.Context, conn *sql.Conn, log *slog.Logger) ([]co
 	return repairs, nil
 }
 
-func verifyCountersTx(ctx context.Context, conn *sql.Conn) ([]countersRepair, error) {
-	type counts struct{ active, waiting, maxPos int64 }
-	actual := map[string]*counts{}
-	rows, err := conn.QueryContext(ctx, `SELECT gate, status, COUNT(*), MAX(position) FROM sessions GROUP BY gate, status`)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var gate string
-		var status, n, maxPos int64
-		if err := rows.Scan(&gate, &status, &n, &maxPos); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		c := actual[gate]
-		if c == nil {
-			c = &counts{}
-			actual[gate] = c
-		}
-		if status == 1 { // status: 0 waiting, 1 active (migrations/0001)
-			c.active = n
-		} else {
-			c.waiting = n
-		}
-		c.maxPos = max(c.maxPos, maxPos)
-	}
-	if err := rows.Err(); err != nil { // the scan stopped early: counts are partial
-		rows.Close()
-		return nil, err
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-
+func verifyCountersTx(ctx context.Context, conn *sql.Conn, actual map[string]*gateScan) ([]countersRepair, error) {
 	stored := map[string]countersRepair{}
-	rows, err = conn.QueryContext(ctx, `SELECT name, next_position, active, waiting FROM gates`)
+	rows, err := conn.QueryContext(ctx, `SELECT name, next_position, active, waiting FROM gates`)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +62,7 @@ func verifyCountersTx(ctx context.Context, conn *sql.Conn) ([]countersRepair, er
 		}
 		stored[r.gate] = r
 	}
-	if err := rows.Err(); err != nil {
+	if err := rows.Err(); err != nil { // the scan stopped early: the view is partial
 		rows.Close()
 		return nil, err
 	}

@@ -1,0 +1,168 @@
+package gate
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// The join answer is written by hand (issue 14: encoding/json took about a
+// quarter of the join handler's CPU, the view's buckets through
+// reflection). appendJoinJSON writes exactly what echo's c.JSON writes for
+// joinResponse (encoding/json, HTML escaped, a newline after), and gives up
+// (ok false, the caller uses c.JSON) on anything it does not write the same
+// way: a string needing an escape, a float outside the plain notation, a
+// time encoding/json refuses or writes with an offset.
+
+// joinJSONFields are the JSON names appendJoinJSON writes (or leaves to
+// encoding/json), in order: a test checks them against joinResponse, so a
+// field added to the views cannot be left out of the hand-written answer.
+var joinJSONFields = []string{"gate", "firstWaitingPosition", "lastWaitingPosition", "waiting", "active", "limit",
+	"admittedPerMinute", "buckets", "priority", "session", "status", "position", "place", "claimDeadline",
+	"admission", "notify", "lane", "token"}
+
+// appendJoinJSON appends the JSON of joinResponse{v, tok} and a newline.
+func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool) {
+	ok := true
+	str := func(key, s string) {
+		b = append(b, key...)
+		if !plainJSONString(s) {
+			ok = false
+			return
+		}
+		b = append(b, '"')
+		b = append(b, s...)
+		b = append(b, '"')
+	}
+	num := func(key string, n int64) {
+		b = append(b, key...)
+		b = strconv.AppendInt(b, n, 10)
+	}
+	str(`{"gate":`, v.Gate)
+	num(`,"firstWaitingPosition":`, v.FirstWaitingPosition)
+	num(`,"lastWaitingPosition":`, v.LastWaitingPosition)
+	num(`,"waiting":`, v.Waiting)
+	num(`,"active":`, v.Active)
+	num(`,"limit":`, v.Limit)
+	b = append(b, `,"admittedPerMinute":`...)
+	if f := v.AdmittedPerMinute; math.IsNaN(f) || math.IsInf(f, 0) || f != 0 && (math.Abs(f) < 1e-6 || math.Abs(f) >= 1e21) {
+		ok = false
+	} else {
+		b = strconv.AppendFloat(b, f, 'f', -1, 64)
+	}
+	if len(v.Buckets) > 0 {
+		b = append(b, `,"buckets":[`...)
+		for i, n := range v.Buckets {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, n, 10)
+		}
+		b = append(b, ']')
+	}
+	if v.Priority != nil {
+		ok = false // the priority lane's view: left to encoding/json
+	}
+	str(`,"session":`, v.Session)
+	str(`,"status":`, string(v.Status))
+	num(`,"position":`, v.Position)
+	if v.Place != 0 {
+		num(`,"place":`, v.Place)
+	}
+	if t := v.ClaimDeadline; t != nil {
+		_, off := t.Zone()
+		if y := t.Year(); off != 0 || y < 0 || y > 9999 {
+			ok = false
+		} else {
+			b = append(b, `,"claimDeadline":"`...)
+			b = t.AppendFormat(b, time.RFC3339Nano)
+			b = append(b, '"')
+		}
+	}
+	if v.Admission != "" {
+		str(`,"admission":`, v.Admission)
+	}
+	if v.Notify {
+		b = append(b, `,"notify":true`...)
+	}
+	if v.Lane != "" {
+		str(`,"lane":`, v.Lane)
+	}
+	str(`,"token":`, tok)
+	b = append(b, "}\n"...)
+	return b, ok
+}
+
+// plainJSONString reports whether encoding/json writes s as it is between
+// quotes: printable ASCII without '"', '\\' and the HTML-escaped '<', '>',
+// '&'.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
+// writeJoin answers a join: by hand (joinjson.go) unless ?pretty asks for
+// echo's indented JSON or the view holds what only encoding/json writes.
+func (s *Server) writeJoin(c echo.Context, view *session.SessionView, tok string) error {
+	if r := c.Request(); r.URL.RawQuery == "" || !strings.Contains(r.URL.RawQuery, "pretty") {
+		bp := joinBufs.Get().(*[]byte)
+		b, ok := appendJoinJSON((*bp)[:0], view, tok)
+		if ok && !c.Echo().Debug {
+			err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+			*bp = b
+			joinBufs.Put(bp)
+			return err
+		}
+		joinBufs.Put(bp)
+	}
+	return c.JSON(http.StatusOK, joinResponse{SessionView: *view, Token: tok})
+}
+
+var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+// sessionCookie is the Set-Cookie value http.Cookie.String gives the
+// session cookie (Path=/, HttpOnly, SameSite=Lax, Max-Age maxAge when
+// positive, Secure when asked), written without its validation and
+// allocations; ok is false (the caller uses http.Cookie) for a token that
+// is not plain cookie text.
+func sessionCookie(tok string, maxAge int, secure bool) (string, bool) {
+	if tok == "" {
+		return "", false
+	}
+	for i := 0; i < len(tok); i++ {
+		switch c := tok[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return "", false
+		}
+	}
+	b := make([]byte, 0, len(CookieName)+len(tok)+64)
+	b = append(b, CookieName...)
+	b = append(b, '=')
+	b = append(b, tok...)
+	b = append(b, "; Path=/"...)
+	if maxAge > 0 {
+		b = append(b, "; Max-Age="...)
+		b = strconv.AppendInt(b, int64(maxAge), 10)
+	} else if maxAge < 0 {
+		b = append(b, "; Max-Age=0"...)
+	}
+	b = append(b, "; HttpOnly"...)
+	if secure {
+		b = append(b, "; Secure"...)
+	}
+	b = append(b, "; SameSite=Lax"...)
+	return string(b), true
+}
