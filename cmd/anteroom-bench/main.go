@@ -39,6 +39,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -204,7 +205,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 
 	raiseFileLimit()
-	b := &bench{cfg: c, log: stderr}
+	b := &bench{cfg: c, log: &lockedWriter{w: stderr}}
 	defer b.closePG()
 	rep := report{Mode: "full", Machine: describeMachine(), Started: time.Now().UTC().Format(time.RFC3339), Args: args}
 	if c.smoke {
@@ -319,6 +320,19 @@ type bench struct {
 	cfg config
 	log io.Writer
 	pg  pgServer // the Postgres server of the pg-* scenarios, started on first use
+}
+
+// lockedWriter serialises writes to w: the bench's log is written by its
+// own goroutines and by the copiers of its child processes' stderr at once.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (b *bench) progress(format string, args ...any) {
