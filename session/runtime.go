@@ -176,7 +176,13 @@ func (w *Waitlist) RemoveGate(ctx context.Context, gate string) error {
 // new limit.
 func (w *Waitlist) apply(g *gateMemory, cfg GateConfig) {
 	g.cfg.Store(&cfg)
-	limit := g.limitAt(w.clock.Now()) // a running event's override stays in effect
+	w.publishLimit(g, g.limitAt(w.clock.Now())) // a running event's override stays in effect
+}
+
+// publishLimit stores limit, the gate's limit in effect, in its global view
+// and tells clients, when it changed: a runtime change, or a scheduled
+// event's override that began or ended (no commit marks those).
+func (w *Waitlist) publishLimit(g *gateMemory, limit int64) {
 	for {
 		old := g.view.Load()
 		if old.Limit == limit {

@@ -527,6 +527,7 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 		g := set.m[name]
 		now := w.clock.Now()
 		cfg := w.opConfig(g, now)
+		w.publishLimit(g, cfg.ActiveLimit)
 		nowN := now.UnixNano()
 		grace := int64(cfg.ReleaseOnDisconnect)
 		var unclaimed, gone []string
