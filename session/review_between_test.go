@@ -61,3 +61,48 @@ func TestCodeJoinWaitsDuringPrequeue(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, session.StatusActive, v.Status, "admitted at the start")
 }
+
+// TestEveryConsumerOfEveryKind: the commit event kinds of every feature
+// (the line's, history's, the scheduled events') through every pure
+// consumer: history records sessions only (never a scheduled event's
+// launch or a lottery move), the webhooks name the right event, and only
+// a departure before admission is an abandon.
+func TestEveryConsumerOfEveryKind(t *testing.T) {
+	s := session.Session{Gate: "g", ID: "s1", Position: 4, Status: session.StatusWaiting, CreatedAt: t0, LastActive: t0.Add(time.Second)}
+	active := s
+	active.Status = session.StatusActive
+	launch := session.Session{Gate: "g", ID: "launch", Position: 12, CreatedAt: t0}
+	tests := []struct {
+		name    string
+		ev      session.Event
+		history session.HistoryKind // "" for none
+		webhook string
+		abandon bool
+	}{
+		{"activated", session.Event{Kind: session.EventActivated, Session: active}, session.HistoryJoined, "", false},
+		{"queued", session.Event{Kind: session.EventQueued, Session: s}, session.HistoryJoined, "", false},
+		{"promoted", session.Event{Kind: session.EventPromoted, Session: active}, session.HistoryPromoted, session.WebhookPromoted, false},
+		{"refreshed", session.Event{Kind: session.EventRefreshed, Session: active}, "", "", false},
+		{"refreshed claim", session.Event{Kind: session.EventRefreshed, Session: active, Claimed: true}, "", session.WebhookClaimed, false},
+		{"deactivated idle", session.Event{Kind: session.EventDeactivated, Session: active, Reason: session.Idle}, session.HistoryPurged, session.WebhookPurged, false},
+		{"deactivated unclaimed", session.Event{Kind: session.EventDeactivated, Session: active, Reason: session.Unclaimed}, session.HistoryPurged, session.WebhookPurged, true},
+		{"deactivated released", session.Event{Kind: session.EventDeactivated, Session: active, Reason: session.Released}, session.HistoryReleased, session.WebhookReleased, false},
+		{"dequeued gone", session.Event{Kind: session.EventDequeued, Session: s, Reason: session.Gone}, session.HistoryPurged, session.WebhookPurged, true},
+		{"dequeued released", session.Event{Kind: session.EventDequeued, Session: s, Reason: session.Released}, session.HistoryReleased, session.WebhookReleased, true},
+		{"left", session.Event{Kind: session.EventLeft, Session: s}, session.HistoryLeft, "", false},
+		{"returned", session.Event{Kind: session.EventReturned, Session: s}, session.HistoryReturned, "", false},
+		{"claimed", session.Event{Kind: session.EventClaimed, Session: active}, session.HistoryClaimed, "", false},
+		{"reordered", session.Event{Kind: session.EventReordered, Session: s}, "", "", false},
+		{"launched", session.Event{Kind: session.EventLaunched, Session: launch}, "", session.WebhookEventStarted, false},
+		{"unknown kind", session.Event{Kind: 200, Session: s}, "", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, ok := session.HistoryOf(tc.ev)
+			assert.Equal(t, tc.history != "", ok)
+			assert.Equal(t, tc.history, r.Kind)
+			assert.Equal(t, tc.webhook, session.WebhookEvent(tc.ev))
+			assert.Equal(t, tc.abandon, session.Abandoned(tc.ev))
+		})
+	}
+}
