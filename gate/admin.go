@@ -126,11 +126,14 @@ type AdminGate struct {
 	// SettingsSource is "runtime" when the settings were changed through
 	// the admin API (they win over the config file until reset), else
 	// "file".
-	SettingsSource string       `json:"settingsSource"`
-	Mode           session.Mode `json:"mode"`
-	Active         int64        `json:"active"`
-	Waiting        int64        `json:"waiting"`
-	Limit          int64        `json:"limit"`
+	SettingsSource string `json:"settingsSource"`
+	// Mode and Limit are those in effect now: a scheduled event's pre-queue
+	// reads queue_all and a running event's limit override is shown (the
+	// configured ones are under Settings).
+	Mode    session.Mode `json:"mode"`
+	Active  int64        `json:"active"`
+	Waiting int64        `json:"waiting"`
+	Limit   int64        `json:"limit"`
 	// OverLimit: more sessions are active than the (lowered) limit; nobody
 	// new gets in until active falls below it.
 	OverLimit            bool    `json:"overLimit"`
@@ -161,6 +164,12 @@ func adminGateOf(st session.GateStats) AdminGate {
 	if mode == "" {
 		mode = session.ModeOpen
 	}
+	// The live figures are those in effect (a scheduled event's hold or
+	// overrides); Settings are the configured ones that PATCH changes.
+	live := mode
+	if st.Effective.Name != "" && st.Effective.Mode != "" {
+		live = st.Effective.Mode
+	}
 	src := "file"
 	if st.Runtime {
 		src = "runtime"
@@ -177,11 +186,11 @@ func adminGateOf(st session.GateStats) AdminGate {
 			Mode:                mode,
 		},
 		SettingsSource:       src,
-		Mode:                 mode,
+		Mode:                 live,
 		Active:               st.View.Active,
 		Waiting:              st.View.AllWaiting(), // both lanes
-		Limit:                c.ActiveLimit,
-		OverLimit:            st.View.Active > c.ActiveLimit,
+		Limit:                st.View.Limit,
+		OverLimit:            st.View.Active > st.View.Limit,
 		FirstWaitingPosition: st.View.FirstWaitingPosition,
 		LastWaitingPosition:  st.View.LastWaitingPosition,
 		JoinsPerMinute:       st.JoinsPerMinute,

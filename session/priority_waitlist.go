@@ -26,7 +26,9 @@ func (w *Waitlist) JoinWithCode(ctx context.Context, gate, id, code string) (vie
 		view, err = w.Join(ctx, gate, id)
 		return view, Errorf(CodeCodeUnknown, "no such code in this gate"), err
 	}
-	s, codeErr, err := w.store.JoinWithCode(ctx, g.config(), id, code, w.clock.Now())
+	now := w.clock.Now()
+	w.joinEvents(ctx, gate, now) // as Join: the gate's events rule a code join too
+	s, codeErr, err := w.store.JoinWithCode(ctx, w.opConfig(g, now), id, code, now)
 	if err != nil {
 		return SessionView{}, nil, err
 	}

@@ -13,7 +13,11 @@ import (
 // global view, and its rates.
 type GateStats struct {
 	Config GateConfig
-	View   GlobalView
+	// Effective is Config as in effect now: a scheduled event's pre-queue
+	// holds the line (ModeQueueAll) and a running event overrides the limit
+	// and the pace (EventConfig). View.Limit is its ActiveLimit.
+	Effective GateConfig
+	View      GlobalView
 	// JoinsPerMinute counts new sessions (admitted at once or queued), and
 	// AdmissionsPerMinute admissions (at join and promotions), over the last
 	// five minutes; 0 until there is evidence (as GlobalView.AdmittedPerMinute).
@@ -35,6 +39,7 @@ func (w *Waitlist) Stats(gate string) (GateStats, error) {
 	now := w.clock.Now()
 	return GateStats{
 		Config:              g.config(),
+		Effective:           w.opConfig(g, now),
 		View:                g.currentView(now),
 		JoinsPerMinute:      g.joined.perMinute(now),
 		AdmissionsPerMinute: g.admissions.perMinute(now),
@@ -171,13 +176,20 @@ func (w *Waitlist) RemoveGate(ctx context.Context, gate string) error {
 // new limit.
 func (w *Waitlist) apply(g *gateMemory, cfg GateConfig) {
 	g.cfg.Store(&cfg)
+	w.publishLimit(g, g.limitAt(w.clock.Now())) // a running event's override stays in effect
+}
+
+// publishLimit stores limit, the gate's limit in effect, in its global view
+// and tells clients, when it changed: a runtime change, or a scheduled
+// event's override that began or ended (no commit marks those).
+func (w *Waitlist) publishLimit(g *gateMemory, limit int64) {
 	for {
 		old := g.view.Load()
-		if old.Limit == cfg.ActiveLimit {
+		if old.Limit == limit {
 			return
 		}
 		v := *old
-		v.Limit = cfg.ActiveLimit
+		v.Limit = limit
 		if g.view.CompareAndSwap(old, &v) {
 			if w.pub != nil {
 				w.pub.PublishGlobal(v)

@@ -173,6 +173,10 @@ type Commit struct {
 	// the settings now in effect, or nil when they were forgotten. A gate
 	// the listener does not know comes with its whole state in Resync.
 	Settings map[string]*GateConfig
+	// Remote is set on a commit another process made, as a Store shared by
+	// several processes reports it (its follower): memory follows it, but
+	// per-process counters (metrics) must not count it again.
+	Remote bool
 }
 
 // Publisher receives what clients must be told. Implementations must not

@@ -132,6 +132,9 @@ type gateMemory struct {
 	// waits and abandoned feed GateStats' wait figures (waitstats.go).
 	waits     waitWindow
 	abandoned rateWindow
+	// events are the Waitlist's scheduled events: the views show the limit
+	// in effect (limitAt), an event's override included.
+	events *eventMemory
 }
 
 type activeEntry struct {
@@ -270,7 +273,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 
 // newGateMemory builds a gate's memory from its loaded snapshot.
 func (w *Waitlist) newGateMemory(cfg GateConfig, snap GateSnapshot) *gateMemory {
-	g := &gateMemory{active: make(map[string]*activeEntry), present: make(map[string]*presence)}
+	g := &gateMemory{active: make(map[string]*activeEntry), present: make(map[string]*presence), events: &w.ev}
 	g.cfg.Store(&cfg)
 	for _, s := range snap.Active {
 		e := &activeEntry{position: s.Position}
@@ -524,6 +527,7 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 		g := set.m[name]
 		now := w.clock.Now()
 		cfg := w.opConfig(g, now)
+		w.publishLimit(g, cfg.ActiveLimit)
 		nowN := now.UnixNano()
 		grace := int64(cfg.ReleaseOnDisconnect)
 		var unclaimed, gone []string
@@ -970,7 +974,7 @@ func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
 		LastWaitingPosition:  st.LastWaitingPosition,
 		Waiting:              st.Waiting,
 		Active:               st.Active,
-		Limit:                cfg.ActiveLimit,
+		Limit:                g.limitAt(now),
 		AdmittedPerMinute:    g.admitted.perMinute(now),
 		Buckets:              buckets,
 	}
@@ -980,7 +984,20 @@ func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
 func (g *gateMemory) currentView(now time.Time) GlobalView {
 	v := *g.view.Load()
 	v.AdmittedPerMinute = g.admitted.perMinute(now)
+	v.Limit = g.limitAt(now) // an event starts and ends with no commit
 	return v
+}
+
+// limitAt is the active limit in effect at now: the configured one, or a
+// running scheduled event's override (EventConfig).
+func (g *gateMemory) limitAt(now time.Time) int64 {
+	cfg := g.cfg.Load()
+	if g.events != nil {
+		if evs := g.events.of(cfg.Name); len(evs) > 0 {
+			return EventConfig(*cfg, evs, now).ActiveLimit
+		}
+	}
+	return cfg.ActiveLimit
 }
 
 func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {

@@ -176,7 +176,13 @@ func (m *Metrics) gate(name string) *gateMetrics {
 // admission) and EventQueued; EventPromoted is a promoted admission, its
 // wait the session's LastActive (the promotion) minus its CreatedAt (the
 // join); EventDeactivated and EventDequeued are departures by Event.Reason.
+// A commit of another instance (Commit.Remote) is not counted: that
+// instance counted it, so the counters summed over instances are the
+// gate's.
 func (m *Metrics) ObserveCommit(c session.Commit) {
+	if c.Remote {
+		return
+	}
 	var g *gateMetrics
 	var name string
 	for i := range c.Events {

@@ -60,7 +60,7 @@ func (s *Store) deliverLocal(ctx context.Context, c *pgx.Conn, lc localCommit) {
 			continue
 		}
 		if a < seq-1 && !s.pending[g] {
-			s.catchUp(ctx, c, g, seq-1)
+			s.catchUp(ctx, c, g, seq-1, false)
 		}
 		if s.pending[g] || s.applied[g] >= seq {
 			// Pending: the listener is behind on g and the Store unready
@@ -96,8 +96,10 @@ func (s *Store) deliverLocal(ctx context.Context, c *pgx.Conn, lc localCommit) {
 
 // catchUp applies the commits of gate after the last applied one, up to
 // upTo, from the outbox; when one is missing it resynchronises the gate
-// from the tables. deliverMu is held.
-func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64) {
+// from the tables. ownLast says the commit upTo is this instance's own (its
+// notification came from one of the pool's connections): every other
+// commit applied is Remote. deliverMu is held.
+func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64, ownLast bool) {
 	// deliverMu is held: a connection that hangs must not stall the writer.
 	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
@@ -145,6 +147,7 @@ func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64)
 		s.applied[gate] = r.seq
 		s.remote.Add(1)
 		c := p.commit(gate)
+		c.Remote = !ownLast || r.seq != upTo // another instance's: its metrics counted it
 		c.Settings = s.settingsMap(gate, p.Settings)
 		s.notifyListener(c)
 	}
@@ -337,7 +340,8 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 		if a, known := s.applied[gate]; known && s.pending[gate] {
 			s.resyncGate(ctx, c, gate)
 		} else if known && seq > a {
-			s.catchUp(ctx, c, gate, seq)
+			_, own := s.ownPIDs.Load(n.PID)
+			s.catchUp(ctx, c, gate, seq, own)
 		} else if !known && mark == noteSettings {
 			s.resyncGate(ctx, c, gate) // a gate added at runtime elsewhere
 		}

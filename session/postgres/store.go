@@ -102,6 +102,10 @@ const (
 // Store is the Postgres session.Store. Create it with Open; it is safe for
 // concurrent use.
 type Store struct {
+	// ownPIDs holds the server process ids of the pool's connections: a
+	// notification one of them sent reports this instance's own commit
+	// (Commit.Remote false when the follower applies it first).
+	ownPIDs   sync.Map // uint32 → struct{}
 	log       *slog.Logger
 	pool      *pgxpool.Pool
 	connCfg   *pgx.ConnConfig
@@ -182,7 +186,6 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, session.Errorf(session.CodeInvalidArgument, "postgres: open: %w", redact(err))
 	}
 	pcfg.MaxConns = opts.MaxConns
-	pcfg.AfterConnect = customPlans
 	s := &Store{
 		log:       opts.Logger,
 		connCfg:   pcfg.ConnConfig.Copy(),
@@ -201,6 +204,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	s.wakeChannel = "anteroom_wake_" + hex.EncodeToString(nonce[:])
+	pcfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		s.ownPIDs.Store(c.PgConn().PID(), struct{}{})
+		return customPlans(ctx, c)
+	}
+	pcfg.BeforeClose = func(c *pgx.Conn) { s.ownPIDs.Delete(c.PgConn().PID()) }
 	s.setUnready(errors.New("not listening yet"))
 	s.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
