@@ -166,6 +166,11 @@ func (r *recorder) observe(c session.Commit) {
 
 func (r *recorder) observeAt(c session.Commit, t time.Duration) {
 	for _, ev := range c.Events {
+		switch ev.Kind {
+		case session.EventQueued, session.EventDequeued, session.EventActivated, session.EventPromoted, session.EventDeactivated:
+		default:
+			continue // not a change to the line or the active set (a launch names an event, not a session)
+		}
 		s := ev.Session
 		st := r.get(s.ID)
 		switch ev.Kind {
