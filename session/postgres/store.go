@@ -86,6 +86,10 @@ type Options struct {
 	// DisableHistory turns off the history of sessions' lifecycles
 	// (history.go): nothing is written; what was is still read and pruned.
 	DisableHistory bool
+	// Tracer, when set, traces the queries and batches of every connection
+	// of the Store (pgx.ConnConfig.Tracer; a pgx.BatchTracer too sees each
+	// batch, one round trip).
+	Tracer pgx.QueryTracer
 }
 
 const (
@@ -136,6 +140,7 @@ type Store struct {
 	mu        sync.RWMutex // held shared by senders, exclusively by Close
 	closed    atomic.Bool
 	ops       chan *op
+	carry     []*op // the writer's: ops taken for the next transaction
 	done      chan struct{}
 	closeOnce sync.Once
 
@@ -182,6 +187,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, session.Errorf(session.CodeInvalidArgument, "postgres: open: %w", redact(err))
 	}
 	pcfg.MaxConns = opts.MaxConns
+	if opts.Tracer != nil {
+		pcfg.ConnConfig.Tracer = opts.Tracer
+	}
 	pcfg.AfterConnect = customPlans
 	s := &Store{
 		log:       opts.Logger,

@@ -189,8 +189,19 @@ type batch struct {
 func (s *Store) run() {
 	defer close(s.done)
 	ops := make([]*op, 0, s.maxBatch)
-	for o := range s.ops {
-		ops = append(ops[:0], o)
+	for {
+		// An op a transaction took but could not run (takeLate) opens the
+		// next one.
+		ops = append(ops[:0], s.carry...)
+		clear(s.carry)
+		s.carry = s.carry[:0]
+		if len(ops) == 0 {
+			o, ok := <-s.ops
+			if !ok {
+				return
+			}
+			ops = append(ops, o)
+		}
 		if len(s.ops) == 0 {
 			runtime.Gosched()
 		}
@@ -237,12 +248,12 @@ func (s *Store) runBatch(ops []*op) {
 		if b.tx != nil {
 			_ = b.tx.Rollback(ctx)
 		}
-		s.failBatch(live, storageErr("transaction", err))
+		s.failBatch(b.ops, storageErr("transaction", err))
 		return
 	}
 	s.txs.Add(1)
 	s.deliverLocal(ctx, conn.Conn(), commit)
-	for _, o := range live {
+	for _, o := range b.ops {
 		close(o.done)
 	}
 }
@@ -305,6 +316,11 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 		if err := s.lockAndRead(ctx, b, sortedKeys(names), keys); err != nil {
 			return lc, err
 		}
+		if b.pipelined {
+			if err := s.takeLate(ctx, b); err != nil {
+				return lc, err
+			}
+		}
 	}
 	for _, o := range b.ops {
 		first := len(b.events)
@@ -329,6 +345,84 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 		return lc, err
 	}
 	return lc, nil
+}
+
+// takeLate adds to the batch the ops queued while it waited for its gates'
+// locks, so that they share its commit rather than wait for the next: the
+// instances take turns on a gate's row, and under load the callers answered
+// by one transaction come back while the next waits for the row. Only ops
+// on the gates already locked whose rows are read by id join (their rows
+// are read in one more round trip); the first other op is kept for the next
+// transaction (Store.carry).
+func (s *Store) takeLate(ctx context.Context, b *batch) error {
+	var keys []key
+	added := false
+take:
+	for len(b.ops) < s.maxBatch {
+		var o *op
+		select {
+		case x, ok := <-s.ops:
+			if !ok {
+				break take
+			}
+			o = x
+		default:
+			break take
+		}
+		if err := o.ctx.Err(); err != nil {
+			o.err = err
+			close(o.done)
+			continue
+		}
+		if b.gates[o.cfg.Name] == nil {
+			s.carry = append(s.carry, o)
+			break
+		}
+		switch o.kind {
+		case opJoin, opLeave, opRelease, opNotify:
+			keys = append(keys, key{o.cfg.Name, o.id})
+		case opTouch:
+			for _, t := range o.touches {
+				if session.ValidID(t.ID) {
+					keys = append(keys, key{o.cfg.Name, t.ID})
+				}
+			}
+		case opPurge:
+			for _, id := range o.ids {
+				keys = append(keys, key{o.cfg.Name, id})
+			}
+		default:
+			s.carry = append(s.carry, o)
+			break take
+		}
+		b.ops = append(b.ops, o)
+		added = true
+	}
+	if !added {
+		return nil
+	}
+	var gates, ids []string
+	for _, k := range keys {
+		if b.rows[k] == nil {
+			b.rows[k] = &entry{}
+			gates, ids = append(gates, k.gate), append(ids, k.id)
+		}
+	}
+	if len(gates) == 0 {
+		return nil
+	}
+	rows, err := b.tx.Query(ctx, sqlSelectKeys, gates, ids)
+	if err != nil {
+		return fmt.Errorf("read sessions: %w", err)
+	}
+	got, err := scanSessions(rows, nil)
+	if err != nil {
+		return fmt.Errorf("read sessions: %w", err)
+	}
+	for _, r := range got {
+		b.rows[key{r.Gate, r.ID}] = &entry{s: r, live: true, dbPos: r.Position}
+	}
+	return nil
 }
 
 // lockAndRead ensures the gates' rows exist, locks them (in name order),
