@@ -15,12 +15,16 @@
 //
 // Every write of an instance goes through one writer goroutine, which takes
 // all operations queued at the time (up to Options.MaxBatch) and runs them
-// in one transaction: it reads the rows the batch names in one query, runs
-// the rules against that copy in memory, and writes what changed with a
-// handful of statements, so a burst of joins costs a few round trips, not a
-// few per join. An operation that fails on a domain error (not found, ...)
-// writes nothing and leaves the others alone; a storage error fails the
-// whole batch (every caller gets it, the listener is not called).
+// in one transaction of three round trips: BEGIN; the gates' locks, the rows
+// the batch names and the bounds of each line in one pipelined batch; the
+// writes, the outbox rows, the notifications, the counters, the history and
+// COMMIT in another. The rules run in between against that copy in memory.
+// Operations queued while the transaction waited for a lock held by another
+// instance join it (their rows read in one more round trip), so under
+// contention a transaction carries every caller of its instance. An
+// operation that fails on a domain error (not found, ...) writes nothing and
+// leaves the others alone; a storage error fails the whole batch (every
+// caller gets it, the listener is not called).
 //
 // # Every instance follows every commit
 //
@@ -86,6 +90,10 @@ type Options struct {
 	// DisableHistory turns off the history of sessions' lifecycles
 	// (history.go): nothing is written; what was is still read and pruned.
 	DisableHistory bool
+	// Tracer, when set, traces the queries and batches of every connection
+	// of the Store (pgx.ConnConfig.Tracer; a pgx.BatchTracer too sees each
+	// batch, one round trip).
+	Tracer pgx.QueryTracer
 }
 
 const (
@@ -140,6 +148,7 @@ type Store struct {
 	mu        sync.RWMutex // held shared by senders, exclusively by Close
 	closed    atomic.Bool
 	ops       chan *op
+	carry     []*op // the writer's: ops taken for the next transaction
 	done      chan struct{}
 	closeOnce sync.Once
 
@@ -186,6 +195,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, session.Errorf(session.CodeInvalidArgument, "postgres: open: %w", redact(err))
 	}
 	pcfg.MaxConns = opts.MaxConns
+	if opts.Tracer != nil {
+		pcfg.ConnConfig.Tracer = opts.Tracer
+	}
 	s := &Store{
 		log:       opts.Logger,
 		connCfg:   pcfg.ConnConfig.Copy(),

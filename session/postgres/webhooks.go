@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,7 +12,7 @@ import (
 )
 
 // The webhook outbox (migrations/0006) and notify sessions. Outbox rows are
-// written by writeOutbox inside the writer's transaction, from its events,
+// written by queueOutbox inside the writer's transaction, from its events,
 // so they commit with the change they report. Any instance's delivery worker
 // leases due rows with SELECT ... FOR UPDATE SKIP LOCKED and a lease, so
 // exactly one instance delivers a given row at a time.
@@ -43,22 +42,31 @@ const (
 // (session.OutboxStore); nil writes no row.
 func (s *Store) SetOutbox(r *session.OutboxRouting) { s.outbox.Store(r) }
 
-// writeOutbox writes the outbox rows of the transaction's events, inside it.
-func (s *Store) writeOutbox(ctx context.Context, tx pgx.Tx, events []session.Event) error {
-	r := s.outbox.Load()
-	if r.Empty() || len(events) == 0 {
-		return nil
-	}
-	if _, err := insertWebhooks(ctx, tx, r.Messages(events, time.Now())); err != nil {
-		return fmt.Errorf("webhook outbox: %w", err)
-	}
-	return nil
-}
-
 func insertWebhooks(ctx context.Context, tx pgx.Tx, msgs []session.OutboxMessage) (int64, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
+	tag, err := tx.Exec(ctx, sqlInsertWebhooks, webhookArgs(msgs)...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// queueOutbox queues the INSERT of the webhook outbox rows of the
+// transaction's events in pb (the batch that commits it).
+func (s *Store) queueOutbox(pb *pgx.Batch, events []session.Event) {
+	r := s.outbox.Load()
+	if r.Empty() || len(events) == 0 {
+		return
+	}
+	if msgs := r.Messages(events, time.Now()); len(msgs) > 0 {
+		pb.Queue(sqlInsertWebhooks, webhookArgs(msgs)...)
+	}
+}
+
+// webhookArgs are the arguments of sqlInsertWebhooks for msgs.
+func webhookArgs(msgs []session.OutboxMessage) []any {
 	n := len(msgs)
 	targets, events, gates := make([]string, n), make([]string, n), make([]string, n)
 	dedups, payloads, created := make([]*string, n), make([][]byte, n), make([]int64, n)
@@ -70,11 +78,7 @@ func insertWebhooks(ctx context.Context, tx pgx.Tx, msgs []session.OutboxMessage
 		}
 		payloads[i], created[i] = m.Payload, m.CreatedAt.UnixNano()
 	}
-	tag, err := tx.Exec(ctx, sqlInsertWebhooks, targets, events, gates, dedups, payloads, created)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+	return []any{targets, events, gates, dedups, payloads, created}
 }
 
 // EnqueueOutbox writes the rows of a named webhook event for every target

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -84,7 +85,8 @@ const (
 	sqlWaiters    = `SELECT ` + sqlCols + ` FROM anteroom_sessions WHERE gate = $1 AND status = 0 AND position >= $2 ORDER BY position LIMIT $3`
 	// Both ends of the line, one index entry each: min()/max() would read
 	// every waiting position under a generic plan without statistics.
-	sqlBounds = `SELECT (SELECT position FROM anteroom_sessions WHERE gate = $1 AND status = 0 ORDER BY position LIMIT 1),
+	sqlBounds    = `SELECT ` + sqlBoundsRow
+	sqlBoundsRow = `(SELECT position FROM anteroom_sessions WHERE gate = $1 AND status = 0 ORDER BY position LIMIT 1),
 		(SELECT position FROM anteroom_sessions WHERE gate = $1 AND status = 0 ORDER BY position DESC LIMIT 1)`
 	sqlEnsure = `INSERT INTO anteroom_gates (name) SELECT n FROM unnest($1::text[]) AS n ORDER BY n ON CONFLICT (name) DO NOTHING`
 	sqlLock   = `SELECT name, next_position, active, waiting, seq, pace_tokens, pace_at FROM anteroom_gates WHERE name = ANY($1) ORDER BY name FOR UPDATE`
@@ -95,6 +97,13 @@ const (
 	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
 	sqlOutbox   = `INSERT INTO anteroom_commits (gate, seq, payload) VALUES ($1, $2, $3)`
 	sqlNotify   = `SELECT pg_notify('` + channel + `', $1)`
+	// sqlCheckBounds fails when the bounds of the line are not $2 and $3
+	// (verifyBounds): the cast of the message to int raises an error that
+	// aborts the transaction before its COMMIT.
+	sqlCheckBounds = `SELECT CASE WHEN b.f IS NOT DISTINCT FROM $2::bigint AND b.l IS NOT DISTINCT FROM $3::bigint THEN 1
+		ELSE ('anteroom: bounds worked out ' || coalesce($2::bigint::text, 'none') || '..' || coalesce($3::bigint::text, 'none') ||
+			', stored ' || coalesce(b.f::text, 'none') || '..' || coalesce(b.l::text, 'none'))::int END
+		FROM (SELECT ` + sqlBoundsRow + `) AS b(f, l)`
 	// The purges select exactly the rows session.StaleReason calls stale,
 	// with the cutoffs of session.StaleCutoffs: a waiter last seen before
 	// $2; an active session last seen before $2, or unclaimed past its
@@ -147,6 +156,8 @@ type gateTx struct {
 	events []session.Event
 	// settings is the change of runtime settings an opSettings made.
 	settings *settingsChange
+	// pre are the bounds of the line when the gate was locked.
+	pre bounds
 }
 
 type key struct{ gate, id string }
@@ -167,14 +178,30 @@ type batch struct {
 	events  []session.Event
 	ops     []*op
 	touched map[string]bool
+	// pipelined: every row the batch changes is one of rows, and nothing
+	// was written before the end (no update, load, func or settings op),
+	// so the bounds of the line after the batch follow from those before
+	// it (bounds.after) and the writes go in the commit's round trip.
+	pipelined bool
 }
 
 // run is the writer goroutine.
 func (s *Store) run() {
 	defer close(s.done)
 	ops := make([]*op, 0, s.maxBatch)
-	for o := range s.ops {
-		ops = append(ops[:0], o)
+	for {
+		// An op a transaction took but could not run (takeLate) opens the
+		// next one.
+		ops = append(ops[:0], s.carry...)
+		clear(s.carry)
+		s.carry = s.carry[:0]
+		if len(ops) == 0 {
+			o, ok := <-s.ops
+			if !ok {
+				return
+			}
+			ops = append(ops, o)
+		}
 		if len(s.ops) == 0 {
 			runtime.Gosched()
 		}
@@ -221,12 +248,12 @@ func (s *Store) runBatch(ops []*op) {
 		if b.tx != nil {
 			_ = b.tx.Rollback(ctx)
 		}
-		s.failBatch(live, storageErr("transaction", err))
+		s.failBatch(b.ops, storageErr("transaction", err))
 		return
 	}
 	s.txs.Add(1)
 	s.deliverLocal(ctx, conn.Conn(), commit)
-	for _, o := range live {
+	for _, o := range b.ops {
 		close(o.done)
 	}
 }
@@ -256,6 +283,7 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 	// Lock every gate of the batch, in name order.
 	names := map[string]bool{}
 	var keys []key
+	b.pipelined = true
 	for _, o := range b.ops {
 		switch o.kind {
 		case opLoad:
@@ -278,37 +306,20 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 			for _, id := range o.ids {
 				keys = append(keys, key{o.cfg.Name, id})
 			}
+		case opUpdate, opLoad, opFunc, opSettings:
+			// They write rows with statements of their own or read the
+			// table mid-batch: the line's bounds are read after the writes.
+			b.pipelined = false
 		}
 	}
 	if len(names) > 0 {
-		list := sortedKeys(names)
-		if _, err := tx.Exec(ctx, sqlEnsure, list); err != nil {
-			return lc, fmt.Errorf("gates: %w", err)
+		if err := s.lockAndRead(ctx, b, sortedKeys(names), keys); err != nil {
+			return lc, err
 		}
-		rows, err := tx.Query(ctx, sqlLock, list)
-		if err != nil {
-			return lc, fmt.Errorf("lock gates: %w", err)
-		}
-		for rows.Next() {
-			g := &gateTx{}
-			var paceAt int64
-			if err := rows.Scan(&g.name, &g.c.NextPosition, &g.c.Active, &g.c.Waiting, &g.seq, &g.pace.Tokens, &paceAt); err != nil {
-				rows.Close()
+		if b.pipelined {
+			if err := s.takeLate(ctx, b); err != nil {
 				return lc, err
 			}
-			if paceAt != 0 {
-				g.pace.At = time.Unix(0, paceAt)
-			}
-			b.gates[g.name] = g
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return lc, fmt.Errorf("lock gates: %w", err)
-		}
-	}
-	if len(keys) > 0 {
-		if err := s.prefetch(ctx, b, keys); err != nil {
-			return lc, err
 		}
 	}
 	for _, o := range b.ops {
@@ -329,30 +340,76 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 			}
 		}
 	}
-	if err := s.flush(ctx, b); err != nil {
-		return lc, err
-	}
 	lc.commit, lc.seqs, err = s.finish(ctx, b)
 	if err != nil {
 		return lc, err
 	}
-	if err := s.writeOutbox(ctx, tx, b.events); err != nil {
-		return lc, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return lc, fmt.Errorf("commit: %w", err)
-	}
 	return lc, nil
 }
 
-func (s *Store) prefetch(ctx context.Context, b *batch, keys []key) error {
-	gates := make([]string, len(keys))
-	ids := make([]string, len(keys))
-	for i, k := range keys {
-		gates[i], ids[i] = k.gate, k.id
+// takeLate adds to the batch the ops queued while it waited for its gates'
+// locks, so that they share its commit rather than wait for the next: the
+// instances take turns on a gate's row, and under load the callers answered
+// by one transaction come back while the next waits for the row. Only ops
+// on the gates already locked whose rows are read by id join (their rows
+// are read in one more round trip); the first other op is kept for the next
+// transaction (Store.carry).
+func (s *Store) takeLate(ctx context.Context, b *batch) error {
+	var keys []key
+	added := false
+take:
+	for len(b.ops) < s.maxBatch {
+		var o *op
+		select {
+		case x, ok := <-s.ops:
+			if !ok {
+				break take
+			}
+			o = x
+		default:
+			break take
+		}
+		if err := o.ctx.Err(); err != nil {
+			o.err = err
+			close(o.done)
+			continue
+		}
+		if b.gates[o.cfg.Name] == nil {
+			s.carry = append(s.carry, o)
+			break
+		}
+		switch o.kind {
+		case opJoin, opLeave, opRelease, opNotify:
+			keys = append(keys, key{o.cfg.Name, o.id})
+		case opTouch:
+			for _, t := range o.touches {
+				if session.ValidID(t.ID) {
+					keys = append(keys, key{o.cfg.Name, t.ID})
+				}
+			}
+		case opPurge:
+			for _, id := range o.ids {
+				keys = append(keys, key{o.cfg.Name, id})
+			}
+		default:
+			s.carry = append(s.carry, o)
+			break take
+		}
+		b.ops = append(b.ops, o)
+		added = true
+	}
+	if !added {
+		return nil
+	}
+	var gates, ids []string
+	for _, k := range keys {
 		if b.rows[k] == nil {
 			b.rows[k] = &entry{}
+			gates, ids = append(gates, k.gate), append(ids, k.id)
 		}
+	}
+	if len(gates) == 0 {
+		return nil
 	}
 	rows, err := b.tx.Query(ctx, sqlSelectKeys, gates, ids)
 	if err != nil {
@@ -366,6 +423,77 @@ func (s *Store) prefetch(ctx context.Context, b *batch, keys []key) error {
 		b.rows[key{r.Gate, r.ID}] = &entry{s: r, live: true, dbPos: r.Position}
 	}
 	return nil
+}
+
+// lockAndRead ensures the gates' rows exist, locks them (in name order),
+// reads the sessions the batch names and the bounds of each gate's line,
+// in one round trip: the reads run as soon as the locks are granted.
+func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys []key) error {
+	pb := &pgx.Batch{}
+	pb.Queue(sqlEnsure, names)
+	pb.Queue(sqlLock, names)
+	var gates, ids []string
+	if len(keys) > 0 {
+		gates, ids = make([]string, len(keys)), make([]string, len(keys))
+		for i, k := range keys {
+			gates[i], ids[i] = k.gate, k.id
+			if b.rows[k] == nil {
+				b.rows[k] = &entry{}
+			}
+		}
+		pb.Queue(sqlSelectKeys, gates, ids)
+	}
+	for _, name := range names {
+		pb.Queue(sqlBounds, name)
+	}
+	br := b.tx.SendBatch(ctx, pb)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("gates: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("lock gates: %w", err)
+	}
+	for rows.Next() {
+		g := &gateTx{}
+		var paceAt int64
+		if err := rows.Scan(&g.name, &g.c.NextPosition, &g.c.Active, &g.c.Waiting, &g.seq, &g.pace.Tokens, &paceAt); err != nil {
+			rows.Close()
+			return fmt.Errorf("lock gates: %w", err)
+		}
+		if paceAt != 0 {
+			g.pace.At = time.Unix(0, paceAt)
+		}
+		b.gates[g.name] = g
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("lock gates: %w", err)
+	}
+	if len(keys) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("read sessions: %w", err)
+		}
+		got, err := scanSessions(rows, nil)
+		if err != nil {
+			return fmt.Errorf("read sessions: %w", err)
+		}
+		for _, r := range got {
+			b.rows[key{r.Gate, r.ID}] = &entry{s: r, live: true, dbPos: r.Position}
+		}
+	}
+	for _, name := range names {
+		var first, last *int64
+		if err := br.QueryRow().Scan(&first, &last); err != nil {
+			return fmt.Errorf("waiting bounds of gate %q: %w", name, err)
+		}
+		if g := b.gates[name]; g != nil {
+			g.pre = bounds{read: true, first: first, last: last}
+		}
+	}
+	return br.Close()
 }
 
 // find returns the transaction's copy of the row (gate, id), reading it when
@@ -420,9 +548,23 @@ func (b *batch) eventWhy(g *gateTx, kind session.EventKind, s session.Session, w
 	g.events = append(g.events, ev)
 }
 
-// flush writes the changed rows: deletes first (a session released and
-// joined again in one batch has a new position), then inserts and updates.
+// flush writes the changed rows, in one round trip.
 func (s *Store) flush(ctx context.Context, b *batch) error {
+	pb := &pgx.Batch{}
+	queueFlush(pb, b)
+	if pb.Len() == 0 {
+		return nil
+	}
+	if err := b.tx.SendBatch(ctx, pb).Close(); err != nil {
+		return fmt.Errorf("write sessions: %w", err)
+	}
+	return nil
+}
+
+// queueFlush queues the writes of the changed rows in pb: deletes first (a
+// session released and joined again in one batch has a new position), then
+// inserts and updates. The rows count as written from then on.
+func queueFlush(pb *pgx.Batch, b *batch) {
 	var dg, ug, uid []string
 	var dp, up []int64
 	var ust []int16
@@ -460,14 +602,10 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 		}
 	}
 	if len(dg) > 0 {
-		if _, err := b.tx.Exec(ctx, sqlDelete, dg, dp); err != nil {
-			return fmt.Errorf("delete sessions: %w", err)
-		}
+		pb.Queue(sqlDelete, dg, dp)
 	}
 	if len(ug) > 0 {
-		if _, err := b.tx.Exec(ctx, sqlUpsert, ug, up, uid, ust, ula, uc, ucd, un, ulane); err != nil {
-			return fmt.Errorf("write sessions: %w", err)
-		}
+		pb.Queue(sqlUpsert, ug, up, uid, ust, ula, uc, ucd, un, ulane)
 	}
 	for _, e := range b.rows {
 		if e.dirty {
@@ -478,7 +616,6 @@ func (s *Store) flush(ctx context.Context, b *batch) error {
 			}
 		}
 	}
-	return nil
 }
 
 // payload is an outbox row: what one commit did to one gate.
@@ -566,22 +703,66 @@ func state(ctx context.Context, q pgx.Tx, g *gateTx) (session.GateState, error) 
 	return st, nil
 }
 
-// finish saves the counters, and for each gate whose rows changed takes the
-// next seq, writes the outbox row and notifies, in one round trip.
+// finish writes what the batch changed and commits, in one round trip when
+// the batch is pipelined: the changed rows, and for each gate whose rows
+// changed the next seq, the outbox row and the notification, the gates'
+// counters, the history, the webhook outbox rows, then COMMIT. The bounds
+// of the line each outbox row reports are worked out from those read under
+// the lock and the batch's own changes (bounds.after); when they cannot be
+// (the first or the last waiter left), or the batch is not pipelined, the
+// rows are written first and the bounds read back, one more round trip.
 func (s *Store) finish(ctx context.Context, b *batch) (session.Commit, map[string]int64, error) {
 	c := session.Commit{Events: b.events}
 	var seqs map[string]int64
+	names := sortedKeys(b.gates)
+	states := map[string]session.GateState{}
+	var unknown []*gateTx
+	for _, name := range names {
+		g := b.gates[name]
+		if !g.report {
+			continue
+		}
+		if b.pipelined {
+			if st, ok := b.after(g); ok {
+				states[name] = st
+				continue
+			}
+		}
+		unknown = append(unknown, g)
+	}
 	pb := &pgx.Batch{}
-	for _, name := range sortedKeys(b.gates) {
+	if len(unknown) > 0 || !b.pipelined {
+		if err := s.flush(ctx, b); err != nil {
+			return c, nil, err
+		}
+		for _, g := range unknown {
+			st, err := state(ctx, b.tx, g)
+			if err != nil {
+				return c, nil, err
+			}
+			states[g.name] = st
+		}
+	} else {
+		queueFlush(pb, b)
+		if verifyBounds {
+			for _, name := range names {
+				if st, ok := states[name]; ok {
+					var first, last *int64
+					if st.Waiting > 0 {
+						first, last = &st.FirstWaitingPosition, &st.LastWaitingPosition
+					}
+					pb.Queue(sqlCheckBounds, name, first, last)
+				}
+			}
+		}
+	}
+	for _, name := range names {
 		g := b.gates[name]
 		if !g.save && !g.report {
 			continue
 		}
 		if g.report {
-			st, err := state(ctx, b.tx, g)
-			if err != nil {
-				return c, nil, err
-			}
+			st := states[name]
 			g.seq++
 			if c.Gates == nil {
 				c.Gates, seqs = map[string]session.GateState{}, map[string]int64{}
@@ -609,12 +790,88 @@ func (s *Store) finish(ctx context.Context, b *batch) (session.Commit, map[strin
 		pb.Queue(sqlSaveGate, name, g.c.NextPosition, g.c.Active, g.c.Waiting, g.seq, g.pace.Tokens, paceAt)
 	}
 	s.queueHistory(pb, b.events)
-	if pb.Len() > 0 {
-		if err := b.tx.SendBatch(ctx, pb).Close(); err != nil {
-			return c, nil, fmt.Errorf("save gates: %w", err)
+	s.queueOutbox(pb, b.events)
+	pb.Queue("COMMIT")
+	br := b.tx.SendBatch(ctx, pb)
+	var tag pgconn.CommandTag
+	var err error
+	for range pb.Len() {
+		if tag, err = br.Exec(); err != nil {
+			break
 		}
 	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return c, nil, fmt.Errorf("commit: %w", err)
+	}
+	if tag.String() != "COMMIT" {
+		// COMMIT of a transaction that had failed answers ROLLBACK.
+		return c, nil, fmt.Errorf("commit: the transaction was rolled back (%s)", tag)
+	}
 	return c, seqs, nil
+}
+
+// bounds are the first and last waiting positions of a gate's line (nil:
+// nobody waits), as read when it was locked.
+type bounds struct {
+	read        bool
+	first, last *int64
+}
+
+// after returns the gate's state after the batch, the bounds of its line
+// worked out from those read under the lock and the batch's rows, without
+// reading them again: every row the batch changed is in b.rows (the batch
+// is pipelined), and positions are unique within a gate. The first
+// waiting position afterwards is the least of the first before and the
+// positions of the batch's waiting rows, unless the row at the first
+// position before left it (deleted, promoted or moved); the last likewise.
+// ok is false when a bound's waiter left (the next one is not known here)
+// or the result does not agree with the counters.
+func (b *batch) after(g *gateTx) (st session.GateState, ok bool) {
+	st = session.GateState{Counters: g.c, FirstWaitingPosition: g.c.NextPosition, LastWaitingPosition: g.c.NextPosition - 1}
+	if g.c.Waiting == 0 {
+		return st, true
+	}
+	if !g.pre.read {
+		return st, false
+	}
+	var first, last int64
+	found := false
+	if g.pre.first != nil && g.pre.last != nil {
+		first, last, found = *g.pre.first, *g.pre.last, true
+	}
+	var lo, hi int64
+	any := false
+	for k, e := range b.rows {
+		if k.gate != g.name {
+			continue
+		}
+		waiting := e.live && e.s.Status == session.StatusWaiting
+		if found && e.dirty && e.dbPos != 0 && (e.dbPos == first || e.dbPos == last) && !(waiting && e.s.Position == e.dbPos) {
+			return st, false // a bound's waiter left its place
+		}
+		if waiting {
+			if !any || e.s.Position < lo {
+				lo = e.s.Position
+			}
+			if !any || e.s.Position > hi {
+				hi = e.s.Position
+			}
+			any = true
+		}
+	}
+	switch {
+	case found && any:
+		first, last = min(first, lo), max(last, hi)
+	case any:
+		first, last = lo, hi
+	case !found:
+		return st, false // waiters counted, none known
+	}
+	st.FirstWaitingPosition, st.LastWaitingPosition = first, last
+	return st, true
 }
 
 func notFound(kind opKind, gate, id string) error {
