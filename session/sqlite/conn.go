@@ -58,7 +58,7 @@ const (
 	// of the normal lane; index sessions_priority_active, migrations/0010),
 	// so the long line is not read.
 	sqlActive = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position < ?2 AND status = 1 ` +
-		`UNION ALL SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 1 AND lane = 1 ORDER BY position`
+		`UNION ALL SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions INDEXED BY sessions_priority_active WHERE gate = ?1 AND position >= ?2 AND status = 1 AND lane = 1 ORDER BY position`
 	sqlWaitingPos = `SELECT position FROM sessions WHERE gate = ? AND status = 0 ORDER BY position`
 	sqlKeys       = `SELECT gate, position, id FROM sessions`
 	sqlIDAt       = `SELECT id FROM sessions WHERE gate = ? AND position = ?`

@@ -41,3 +41,39 @@ func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 		assert.Contains(t, joined, "sessions_last_active", name)
 	}
 }
+
+// The priority lane's statements seek its partial indexes: on a long line
+// of the normal lane, a plan through another index of the gate would step
+// over every waiter at each promotion (or each load of the active set).
+func TestPriorityStatementsSearchTheirIndexes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.db")
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	db, err := sqlOpen(path)
+	require.NoError(t, err)
+	defer db.Close()
+	for _, tc := range []struct {
+		name, q, index string
+		args           []any
+	}{
+		{"first priority waiters", sqlFirstPriority, "sessions_priority", []any{"default", 10}},
+		{"priority positions", sqlPriorityPos, "sessions_priority", []any{"default"}},
+		{"active set", sqlActive, "sessions_priority_active", []any{"default", 100}},
+	} {
+		rows, err := db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+tc.q, tc.args...)
+		require.NoError(t, err)
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+			plan = append(plan, detail)
+		}
+		require.NoError(t, rows.Err())
+		rows.Close()
+		joined := strings.Join(plan, "\n")
+		assert.Contains(t, joined, tc.index, "%s:\n%s", tc.name, joined)
+		assert.NotContains(t, joined, "SCAN sessions", "%s sweeps the table:\n%s", tc.name, joined)
+	}
+}

@@ -17,7 +17,10 @@ import (
 var _ session.CodeStore = (*Store)(nil)
 
 const (
-	sqlFirstPriority = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND status = 0 AND lane = 1 ORDER BY position LIMIT ?2`
+	// INDEXED BY: without it SQLite walks the primary key (gate, position)
+	// to skip the sort, stepping over the whole normal lane at each
+	// promotion (5 s of an update at 1M sessions).
+	sqlFirstPriority = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions INDEXED BY sessions_priority WHERE gate = ?1 AND status = 0 AND lane = 1 ORDER BY position LIMIT ?2`
 	sqlPriorityPos   = `SELECT position FROM sessions WHERE gate = ? AND status = 0 AND lane = 1 ORDER BY position`
 	sqlSelectCode    = `SELECT hint, label, max_uses, used, expires_at, created_at FROM priority_codes WHERE gate = ? AND id = ?`
 	sqlUseCode       = `UPDATE priority_codes SET used = used + 1 WHERE gate = ? AND id = ? AND used < max_uses`
