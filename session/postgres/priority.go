@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,32 +81,7 @@ func (s *Store) promotePriority(ctx context.Context, b *batch, g *gateTx, cfg se
 	if err != nil {
 		return 0, fmt.Errorf("read priority waiters: %w", err)
 	}
-	var cands []*entry
-	for k, e := range b.rows {
-		if k.gate == g.name && e.live && e.s.Status == session.StatusWaiting && e.s.Lane == session.LanePriority {
-			cands = append(cands, e)
-		}
-	}
-	for _, r := range fromDB {
-		k := key{g.name, r.ID}
-		if _, ok := b.rows[k]; ok {
-			continue
-		}
-		e := &entry{s: r, live: true, dbPos: r.Position}
-		b.rows[k] = e
-		cands = append(cands, e)
-	}
-	sort.Slice(cands, func(i, j int) bool { return cands[i].s.Position < cands[j].s.Position })
-	if int64(len(fromDB)) == limit {
-		// Unread waiters may come before copies past the last one read.
-		last := fromDB[len(fromDB)-1].Position
-		for i, e := range cands {
-			if e.s.Position > last {
-				cands = cands[:i]
-				break
-			}
-		}
-	}
+	cands := b.waiters(g, fromDB, limit, session.LanePriority)
 	var done int64
 	for _, e := range cands {
 		if done == n {

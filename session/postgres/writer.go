@@ -997,32 +997,7 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.Ga
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
-	cands := make([]*entry, 0, len(fromDB))
-	for k, e := range b.rows { // the copies decide for the rows they hold
-		if k.gate == g.name && e.live && e.s.Status == session.StatusWaiting && e.s.Lane == session.LaneNormal {
-			cands = append(cands, e)
-		}
-	}
-	for _, r := range fromDB {
-		k := key{g.name, r.ID}
-		if _, ok := b.rows[k]; ok || r.Lane != session.LaneNormal {
-			continue
-		}
-		e := &entry{s: r, live: true, dbPos: r.Position}
-		b.rows[k] = e
-		cands = append(cands, e)
-	}
-	sort.Slice(cands, func(i, j int) bool { return cands[i].s.Position < cands[j].s.Position })
-	if int64(len(fromDB)) == limit {
-		// Unread waiters may come before copies past the last one read.
-		last := fromDB[len(fromDB)-1].Position
-		for i, e := range cands {
-			if e.s.Position > last {
-				cands = cands[:i]
-				break
-			}
-		}
-	}
+	cands := b.waiters(g, fromDB, limit, session.LaneNormal)
 
 	for _, e := range cands {
 		if done == n {
@@ -1035,6 +1010,39 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.Ga
 		done++
 	}
 	return done, nil
+}
+
+// waiters merges the waiters of one lane of g that the database returned
+// (fromDB, the first limit of them by position) with the transaction's
+// copies, which decide for the rows they hold, in position order. Rows read
+// become the batch's copies. When the read was cut at limit, copies past the
+// last row read are left out: unread waiters may come before them.
+func (b *batch) waiters(g *gateTx, fromDB []session.Session, limit int64, lane session.Lane) []*entry {
+	cands := make([]*entry, 0, len(fromDB))
+	for k, e := range b.rows {
+		if k.gate == g.name && e.live && e.s.Status == session.StatusWaiting && e.s.Lane == lane {
+			cands = append(cands, e)
+		}
+	}
+	for _, r := range fromDB {
+		k := key{g.name, r.ID}
+		if _, ok := b.rows[k]; ok || r.Lane != lane {
+			continue
+		}
+		e := &entry{s: r, live: true, dbPos: r.Position}
+		b.rows[k] = e
+		cands = append(cands, e)
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].s.Position < cands[j].s.Position })
+	if int64(len(fromDB)) == limit {
+		last := fromDB[len(fromDB)-1].Position
+		for i, e := range cands {
+			if e.s.Position > last {
+				return cands[:i]
+			}
+		}
+	}
+	return cands
 }
 
 // applyTouch runs session.DecideTouch for each touch against the
