@@ -8,15 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/anteroomhq/anteroom/gate/token"
@@ -111,80 +108,14 @@ func (b *bench) fanout(ctx context.Context) ([]Result, error) {
 	}
 
 	// Connect N sockets, each naming its session, from 127.0.0.2...
-	var current atomic.Pointer[fanMark]
-	var initial, closed atomic.Int64
-	clients := make([]*wsClient, n)
-	var mu sync.Mutex
-	defer func() {
-		mu.Lock()
-		for _, c := range clients {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-		mu.Unlock()
-	}()
-	reader := func(i int, ws *wsClient) {
-		first := true
-		for {
-			p, err := ws.next()
-			if err != nil {
-				closed.Add(1)
-				return
-			}
-			if !bytes.HasPrefix(p, globalPrefix) {
-				continue
-			}
-			if first {
-				first = false
-				initial.Add(1)
-			}
-			if m := current.Load(); m != nil && bytes.Contains(p, m.data) && m.recv[i].CompareAndSwap(0, time.Now().UnixNano()) {
-				if m.got.Add(1) == m.n {
-					close(m.done)
-				}
-			}
-		}
-	}
 	t0 = time.Now()
-	var next atomic.Int64
-	var dialErr atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || dialErr.Load() != nil || ctx.Err() != nil {
-					return
-				}
-				tok, err := signer.Sign("f" + strconv.Itoa(i))
-				if err != nil {
-					dialErr.CompareAndSwap(nil, &err)
-					return
-				}
-				local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%b.cfg.fanoutIPs))}
-				ws, err := dialWS(ctx, addr, basePath+"/ws?gate="+gateName+"&session="+tok, local)
-				if errors.Is(err, syscall.EADDRNOTAVAIL) { // 127.0.0.x not configured (not Linux)
-					ws, err = dialWS(ctx, addr, basePath+"/ws?gate="+gateName+"&session="+tok, nil)
-				}
-				if err != nil {
-					err = fmt.Errorf("socket %d: %w", i, err)
-					dialErr.CompareAndSwap(nil, &err)
-					return
-				}
-				mu.Lock()
-				clients[i] = ws
-				mu.Unlock()
-				go reader(i, ws)
-			}
-		})
+	var f fanSockets
+	defer f.close()
+	if err := f.open(ctx, addr, signer, "f", n, b.cfg.fanoutIPs, 64); err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	if p := dialErr.Load(); p != nil {
-		return nil, *p
-	}
-	if err := waitFor(ctx, 60*time.Second, func() bool { return initial.Load() >= int64(n) }); err != nil {
-		return nil, fmt.Errorf("initial global messages: %d of %d sockets got one (%d closed): %w", initial.Load(), n, closed.Load(), err)
+	if err := f.waitInitial(ctx, 60*time.Second); err != nil {
+		return nil, err
 	}
 	b.progress("fanout: %d sockets open in %s", n, time.Since(t0).Round(time.Millisecond))
 	sleepCtx(ctx, 500*time.Millisecond)
@@ -224,7 +155,7 @@ func (b *bench) fanout(ctx context.Context) ([]Result, error) {
 			serverDone <- r
 		}()
 		m := &fanMark{data: fmt.Appendf(nil, `"waiting":%d,`, g.Waiting+1), recv: make([]atomic.Int64, n), n: int64(n), done: make(chan struct{})}
-		current.Store(m)
+		f.current.Store(m)
 		start := time.Now()
 		status, body, err := joiner.do(joinReq)
 		if err != nil {
@@ -237,7 +168,7 @@ func (b *bench) fanout(ctx context.Context) ([]Result, error) {
 		select {
 		case <-m.done:
 		case <-time.After(60 * time.Second):
-			return nil, fmt.Errorf("after 60 s only %d of %d sockets got the change (%d closed)", m.got.Load(), n, closed.Load())
+			return nil, fmt.Errorf("after 60 s only %d of %d sockets got the change (%d closed)", m.got.Load(), n, f.closed.Load())
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -256,8 +187,8 @@ func (b *bench) fanout(ctx context.Context) ([]Result, error) {
 		joinMs = append(joinMs, float64(joinDone.Microseconds())/1000)
 		b.debugf("fanout %d: join answered in %s, median socket %.1f ms, last %.1f ms", rep+1, joinDone, lat[n/2], lat[n-1])
 	}
-	current.Store(nil)
-	if c := closed.Load(); c > 0 {
+	f.current.Store(nil)
+	if c := f.closed.Load(); c > 0 {
 		return nil, fmt.Errorf("%d sockets closed during the run", c)
 	}
 

@@ -2,19 +2,15 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/anteroomhq/anteroom/gate/token"
@@ -55,82 +51,14 @@ func wsWorker(wc wsWorkerConfig, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ips := max(wc.ips, 1)
 	ctx := context.Background()
-	var current atomic.Pointer[fanMark]
-	var initial, closed atomic.Int64
-	clients := make([]*wsClient, wc.n)
-	var mu sync.Mutex
-	defer func() {
-		mu.Lock()
-		for _, c := range clients {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-		mu.Unlock()
-	}()
-	reader := func(i int, ws *wsClient) {
-		first := true
-		for {
-			p, err := ws.next()
-			if err != nil {
-				closed.Add(1)
-				return
-			}
-			if !bytes.HasPrefix(p, globalPrefix) {
-				continue
-			}
-			if first {
-				first = false
-				initial.Add(1)
-			}
-			if m := current.Load(); m != nil && bytes.Contains(p, m.data) && m.recv[i].CompareAndSwap(0, time.Now().UnixNano()) {
-				if m.got.Add(1) == m.n {
-					close(m.done)
-				}
-			}
-		}
+	var f fanSockets
+	defer f.close()
+	if err := f.open(ctx, wc.addr, signer, wc.prefix, wc.n, wc.ips, 32); err != nil {
+		return err
 	}
-	var next atomic.Int64
-	var dialErr atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= wc.n || dialErr.Load() != nil {
-					return
-				}
-				tok, err := signer.Sign(wc.prefix + strconv.Itoa(i))
-				if err != nil {
-					dialErr.CompareAndSwap(nil, &err)
-					return
-				}
-				path := basePath + "/ws?gate=" + gateName + "&session=" + tok
-				local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%ips))}
-				ws, err := dialWS(ctx, wc.addr, path, local)
-				if errors.Is(err, syscall.EADDRNOTAVAIL) {
-					ws, err = dialWS(ctx, wc.addr, path, nil)
-				}
-				if err != nil {
-					err = fmt.Errorf("socket %d: %w", i, err)
-					dialErr.CompareAndSwap(nil, &err)
-					return
-				}
-				mu.Lock()
-				clients[i] = ws
-				mu.Unlock()
-				go reader(i, ws)
-			}
-		})
-	}
-	wg.Wait()
-	if p := dialErr.Load(); p != nil {
-		return *p
-	}
-	if err := waitFor(ctx, 120*time.Second, func() bool { return initial.Load() >= int64(wc.n) }); err != nil {
-		return fmt.Errorf("initial global messages: %d of %d sockets got one (%d closed): %w", initial.Load(), wc.n, closed.Load(), err)
+	if err := f.waitInitial(ctx, 120*time.Second); err != nil {
+		return err
 	}
 	var wmu sync.Mutex
 	say := func(format string, args ...any) {
@@ -146,7 +74,7 @@ func wsWorker(wc wsWorkerConfig, in io.Reader, out io.Writer) error {
 			return fmt.Errorf("unknown command %q", sc.Text())
 		}
 		m := &fanMark{data: []byte(arg), recv: make([]atomic.Int64, wc.n), n: int64(wc.n), done: make(chan struct{})}
-		current.Store(m)
+		f.current.Store(m)
 		say("armed")
 		select {
 		case <-m.done:
@@ -155,11 +83,11 @@ func wsWorker(wc wsWorkerConfig, in io.Reader, out io.Writer) error {
 				lat[i] = m.recv[i].Load()
 			}
 			slices.Sort(lat)
-			say("got %d %d %d", lat[wc.n-1], lat[wc.n/2], closed.Load())
+			say("got %d %d %d", lat[wc.n-1], lat[wc.n/2], f.closed.Load())
 		case <-time.After(60 * time.Second):
-			say("got -1 -1 %d (%d of %d)", closed.Load(), m.got.Load(), wc.n)
+			say("got -1 -1 %d (%d of %d)", f.closed.Load(), m.got.Load(), wc.n)
 		}
-		current.Store(nil)
+		f.current.Store(nil)
 	}
 	return sc.Err()
 }
