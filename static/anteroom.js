@@ -706,18 +706,16 @@
   }
 
   // ---- a scheduled event: countdown and lottery -----------------------------
-  // GET {base}/api/events (public, with the server's clock), fetched when the
-  // wait starts: the event whose pre-queue is open is counted down to its
-  // start; one whose pre-queue opens within six hours is fetched again then.
-  // In a shuffled pre-queue nobody has a place before the start (places are
-  // drawn then), so the card says so; once the draw is published, a status
-  // call gives the real place. The fetches around the start are spread over
-  // a few seconds so a crowd does not arrive in the same instant.
+  // GET {base}/api/events (with the server's clock) when the wait starts: an
+  // open pre-queue is counted down to its start; one opening within 6 h is
+  // fetched again then. In a shuffled pre-queue nobody has a place before
+  // the draw, so the card says so; once the draw is published, a status call
+  // gives the real place. Fetches near the start are spread over seconds.
   let ev = null, evKnown = false, evTimer = 0, evFails = 0, tickTimer = 0, skew = 0;
   let drawn = false, drawPending = false, opening = 0;
   const pending = (e) => e.phase === 'prequeue' || e.phase === 'scheduled';
-  // In the draw: a shuffled event, the normal lane, arrived from its first
-  // position on (after the start: one of the positions it published).
+  // In the draw: shuffled, normal lane, from its first position on (after
+  // the start: one of its published positions).
   const inDraw = (e) => !!e.shuffle && view.lane !== 'priority' && (pending(e)
     ? num(view.position) >= num(e.firstPosition)
     : Array.isArray(e.positions) && e.positions.indexOf(num(view.position)) >= 0);
@@ -733,7 +731,6 @@
       .then((v) => { evFails = 0; onEvents(v, (t0 + Date.now()) / 2); }, (code) => {
         evKnown = true;
         render();
-        // No events endpoint (an older sidecar): nothing to show.
         if (code !== 404 && state === 'waiting') evTimer = setTimeout(loadEvents, jitter(backoff(evFails++, 2000, 60000)));
       });
   }
@@ -767,19 +764,21 @@
       }
     }
     if (!prev !== !ev || ev && (prev.id !== ev.id || prev.phase !== ev.phase)) emit('event', ev);
-    if (ev && pending(ev)) tick();
-    else if (soon < 6 * 3600e3) evTimer = setTimeout(loadEvents, jitter(soon));
+    if (ev && pending(ev)) {
+      // Due but not stored yet: its first position comes with the transition.
+      if (ev.phase === 'scheduled') evTimer = setTimeout(loadEvents, jitter(1000));
+      tick();
+    } else if (soon < 6 * 3600e3) evTimer = setTimeout(loadEvents, jitter(soon));
     render();
   }
 
   // The time left, on the server's clock, as h:mm:ss or m:ss.
   function countdown() {
-    if (!ui) return;
     const e = ev && pending(ev) ? ev : null;
     const ms = e ? Date.parse(e.startsAt) - (Date.now() + skew) : 0;
+    if (!ui) return ms;
     const s = Math.ceil(ms / 1000), h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60;
     const two = (n) => (n < 10 ? '0' : '') + n;
-    // The words on a line of their own, the time large below them.
     const [words, after] = !e ? ['', ''] : s <= 0 ? ['', T.starting]
       : fill(T.opens, { time: '\0' + (h ? h + ':' + two(m) : m) + ':' + two(s % 60) }).split('\0');
     ui.count.firstChild.textContent = words;
@@ -788,8 +787,8 @@
     return ms;
   }
 
-  // Once a second, on the second; at the start, the events again (spread,
-  // and less often while the start is not stored yet).
+  // Each second, on the second; at the start, the events again (spread out,
+  // and slower while the start is not stored).
   function tick() {
     clearTimeout(tickTimer);
     tickTimer = 0;

@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
@@ -236,12 +239,21 @@ func shoot(t *testing.T, u *user, name string) {
 	for _, vp := range []struct {
 		name          string
 		width, height int64
-		mobile        bool
-	}{{"desktop", 1280, 800, false}, {"mobile", 360, 740, true}} {
+		mobile, dark  bool
+	}{{"desktop", 1280, 800, false, false}, {"mobile", 360, 740, true, false}, {"mobile-dark", 360, 740, true, true}} {
 		u.call("viewport", func(ctx context.Context) error {
 			opts := []chromedp.EmulateViewportOption{}
 			if vp.mobile {
 				opts = append(opts, chromedp.EmulateScale(2), chromedp.EmulateMobile)
+			}
+			scheme := "light"
+			if vp.dark {
+				scheme = "dark"
+			}
+			if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}},
+			}); err != nil {
+				return err
 			}
 			return chromedp.Do(ctx, chromedp.EmulateViewport(vp.width, vp.height, opts...))
 		})
@@ -250,5 +262,49 @@ func shoot(t *testing.T, u *user, name string) {
 			t.Fatal(err)
 		}
 	}
-	u.call("viewport", func(ctx context.Context) error { return chromedp.Do(ctx, chromedp.EmulateViewport(960, 600)) })
+	u.call("viewport", func(ctx context.Context) error {
+		if _, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "light"}},
+		}); err != nil {
+			return err
+		}
+		return chromedp.Do(ctx, chromedp.EmulateViewport(960, 600))
+	})
+}
+
+// TestPlaceShownWhenEventsFail: the card waits for GET /api/events before it
+// shows a place (a lottery's pre-queue has none), but an events endpoint
+// that fails does not hide the place: it is shown, and the events are asked
+// for again, spaced out.
+func TestPlaceShownWhenEventsFail(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	sc := gatetest.StartSidecar(t, gatetest.Options{
+		Gates: []session.GateConfig{{Name: "default", ActiveLimit: 1, ActiveTimeout: time.Hour, WaitingTimeout: time.Hour}},
+		Gate:  func(o *gate.Options) { o.Demo = true },
+		Wrap: func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == basePath+"/api/events" {
+					mu.Lock()
+					calls++
+					mu.Unlock()
+					http.Error(w, `{"error":{"code":"unavailable","message":"down"}}`, http.StatusServiceUnavailable)
+					return
+				}
+				h.ServeHTTP(w, r)
+			})
+		},
+	})
+	if _, err := sc.Waitlist.Join(context.Background(), "default", "holder"); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t)
+	u := b.newUser(t, "visitor")
+	u.open(sc.URL + "/")
+	u.waitFor("the place although the events fail", placeIs("Your place: 1 of 1")+` && `+countdownJS+` === ''`)
+	eventually(t, "the events asked for again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls >= 2
+	})
 }
