@@ -726,7 +726,7 @@
     evTimer = 0;
     if (state !== 'waiting') return;
     const t0 = Date.now();
-    fetch(base + '/api/events?gate=' + enc(gate), { credentials: creds, cache: 'no-store' })
+    api('GET', '/api/events?gate=' + enc(gate))
       .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
       .then((v) => { evFails = 0; onEvents(v, (t0 + Date.now()) / 2); }, (code) => {
         evKnown = true;
