@@ -714,11 +714,8 @@
   let ev = null, evKnown = false, evTimer = 0, evFails = 0, tickTimer = 0, skew = 0;
   let drawn = false, drawPending = false, opening = 0;
   const pending = (e) => e.phase === 'prequeue' || e.phase === 'scheduled';
-  // In the draw: shuffled, normal lane, from its first position on (after
-  // the start: one of its published positions).
-  const inDraw = (e) => !!e.shuffle && view.lane !== 'priority' && (pending(e)
-    ? num(view.position) >= num(e.firstPosition)
-    : Array.isArray(e.positions) && e.positions.indexOf(num(view.position)) >= 0);
+  // In the draw: a shuffled pre-queue, the normal lane, from its first position on.
+  const inDraw = (e) => !!e.shuffle && pending(e) && view.lane !== 'priority' && num(view.position) >= num(e.firstPosition);
   const jitter = (ms) => ms + Math.random() * 2500;
 
   function loadEvents() {
@@ -726,7 +723,7 @@
     evTimer = 0;
     if (state !== 'waiting') return;
     const t0 = Date.now();
-    api('GET', '/api/events?gate=' + enc(gate))
+    api('GET', '/api/events?positions=0&gate=' + enc(gate)) // not the whole pre-queue
       .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
       .then((v) => { evFails = 0; onEvents(v, (t0 + Date.now()) / 2); }, (code) => {
         evKnown = true;
@@ -754,14 +751,11 @@
     }
     ev = next;
     evKnown = true;
-    if (ev && !pending(ev) && inDraw(ev)) {
-      drawn = true;
-      if (prev && pending(prev)) {
-        // Drawn while we waited: the exact place comes with the status.
-        drawPending = true;
-        status(false);
-        setTimeout(() => { if (drawPending) { drawPending = false; render(); } }, 5000);
-      }
+    if (ev && !pending(ev) && prev && prev.id === ev.id && inDraw(prev)) {
+      // Drawn while we waited: the exact place comes with the status.
+      drawn = drawPending = true;
+      status(false);
+      setTimeout(() => { if (drawPending) { drawPending = false; render(); } }, 5000);
     }
     if (!prev !== !ev || ev && (prev.id !== ev.id || prev.phase !== ev.phase)) emit('event', ev);
     if (ev && pending(ev)) {

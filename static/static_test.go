@@ -49,7 +49,7 @@ func TestSnippetIsPlainJSAndFollowsTheContract(t *testing.T) {
 		"data-", "currentScript",
 		"Your place: {place} of {total}", "You are in line", "You're in!",
 		// A scheduled event's pre-queue: a countdown, and no place before a draw.
-		"/api/events?gate=", "prequeueAt", "startsAt", "firstPosition", "shuffle", "'prequeue'", "'started'",
+		"/api/events?positions=0&gate=", "prequeueAt", "startsAt", "firstPosition", "shuffle", "'prequeue'", "'started'",
 		"anteroom-countdown", "'timer'", "The line opens in {time}", "drawn at random", "emit('event', ev)",
 	} {
 		assert.Contains(t, js, want)

@@ -81,11 +81,23 @@ func TestPrequeueShowsOnlyWhatIsTrue(t *testing.T) {
 			ctx := context.Background()
 			logs := &sessiontest.LogBuffer{}
 			dumpOnFailure(t, "sidecar log", logs)
+			var mu sync.Mutex
+			var queries []string // of GET /api/events
 			sc := gatetest.StartSidecar(t, gatetest.Options{
 				Gates:  []session.GateConfig{{Name: "default", ActiveLimit: 1, ActiveTimeout: time.Hour, WaitingTimeout: time.Hour}},
 				Hub:    broadcast.Options{Interval: 100 * time.Millisecond},
 				Gate:   func(o *gate.Options) { o.Demo = true },
 				Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+				Wrap: func(h http.Handler) http.Handler {
+					return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						if r.URL.Path == basePath+"/api/events" {
+							mu.Lock()
+							queries = append(queries, r.URL.RawQuery)
+							mu.Unlock()
+						}
+						h.ServeHTTP(w, r)
+					})
+				},
 			})
 			w := sc.Waitlist
 			join := func(id string, want session.Status) {
@@ -221,6 +233,17 @@ func TestPrequeueShowsOnlyWhatIsTrue(t *testing.T) {
 			}
 			shoot(t, pg, "page-"+slug(tc.name)+"-started")
 			shoot(t, overlay, "overlay-"+slug(tc.name)+"-started")
+			// Everyone asks at the start: never for the whole pre-queue.
+			mu.Lock()
+			defer mu.Unlock()
+			if len(queries) < 4 {
+				t.Errorf("GET /api/events asked %d times, want at least twice per page", len(queries))
+			}
+			for _, q := range queries {
+				if !strings.Contains(q, "positions=0") {
+					t.Errorf("GET /api/events?%s: without positions=0", q)
+				}
+			}
 		})
 	}
 }
