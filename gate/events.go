@@ -15,14 +15,21 @@ import (
 // the admin API's events of a gate ({base}/admin/api/gates/{gate}/events).
 // It translates; session decides (events.go, events_waitlist.go).
 
-// events answers GET {base}/api/events?gate=.
+// events answers GET {base}/api/events?gate=[&positions=0] (see
+// wire.PositionsParam).
 func (s *Server) events(c echo.Context) error {
 	gate := s.gateOf(c.Request(), "")
 	evs, err := s.opts.Waitlist.Events(gate)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, eventsView(gate, evs, s.opts.Waitlist.Now()))
+	v := eventsView(gate, evs, s.opts.Waitlist.Now())
+	if c.QueryParam(wire.PositionsParam) == "0" {
+		for i := range v.Events {
+			v.Events[i].Positions = nil
+		}
+	}
+	return c.JSON(http.StatusOK, v)
 }
 
 func eventsView(gate string, evs []session.ScheduledEvent, now time.Time) wire.EventsView {

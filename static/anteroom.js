@@ -23,6 +23,8 @@
  *   data-text-retry     while the server is unreachable  "Reconnecting..."
  *   data-code           priority code (or ?anteroom_code=, then removed from the URL)
  *   data-text-code-bad, data-text-priority  (README: priority codes)
+ *   data-text-opens, -draw-title, -draw, -draw-count, -draw-ahead, -starting, -drawing,
+ *   -drawn              a scheduled event's pre-queue (README: scheduled events)
  *
  * Presence: hiding the tab is no departure. The socket stays open while the
  * tab is hidden and while admitted (an open socket is the session's sign of
@@ -34,13 +36,15 @@
  *   on(event, fn), estimatePlace(globalView, position), estimatePlaceIn, servedBefore, codeError}
  *   state: "joining" | "waiting" | "active" | "left"; view: the last SessionView;
  *   place: the place shown while waiting (in its lane, view.lane).
- *   on("waiting"|"update"|"active"|"admission"|"left", fn(view)) returns an unsubscribe function.
+ *   on("waiting"|"update"|"active"|"admission"|"left", fn(view)) returns an unsubscribe function;
+ *   on("event", fn(ev)): the scheduled event shown (GET {base}/api/events), or null; anteroom.event.
  *   view.admission: the admission token (a JWT) at gates with admission tokens, once
  *   let in; "admission" fires when it arrives after "active" (a promotion).
  *   The same events are dispatched on document as CustomEvent "anteroom:<event>".
  * DOM: #anteroom-overlay (overlay root; or the target gets class anteroom-waiting),
  *   #anteroom-card, #anteroom-title, #anteroom-place (role=status), #anteroom-progress,
- *   #anteroom-hint, #anteroom-info, #anteroom-note, <style id="anteroom-style">.
+ *   #anteroom-countdown (role=timer), #anteroom-hint, #anteroom-info, #anteroom-note,
+ *   <style id="anteroom-style">.
  * Wire contract: DESIGN.md ("The wire contract").
  */
 (() => {
@@ -72,6 +76,14 @@
     retry: opt('text-retry', 'Reconnecting\u2026'),
     codeBad: opt('text-code-bad', 'Your code could not be used.'),
     priority: opt('text-priority', 'Priority line'),
+    opens: opt('text-opens', 'The line opens in {time}'),
+    drawTitle: opt('text-draw-title', "You're in the draw"),
+    draw: opt('text-draw', 'Places in line are drawn at random at the start.'),
+    drawCount: opt('text-draw-count', 'In the draw so far: {count}.'),
+    drawAhead: opt('text-draw-ahead', 'Ahead of the draw (already waiting): {ahead}.'),
+    starting: opt('text-starting', 'Opening\u2026'),
+    drawing: opt('text-drawing', 'Drawing places\u2026'),
+    drawn: opt('text-drawn', 'Places were drawn at random.'),
   };
   const fill = (t, o) => t.replace(/\{(\w+)\}/g, (m, k) => (k in o ? String(o[k]) : m));
   // Full-jitter exponential backoff: random in [0, min(cap, base * 2^n)).
@@ -201,10 +213,12 @@
     view = Object.assign({}, view, v);
     delete view.type;
     placeFrom(v, true);
+    drawPending = false; // the exact place after a draw
     if (state !== 'waiting') {
       state = 'waiting';
       show();
       emit('waiting', view);
+      loadEvents();
     }
     render();
     emit('update', view);
@@ -218,6 +232,7 @@
     delete view.type;
     clearTimeout(joinTimer);
     stopPoll();
+    stopEvents();
     // Promoted, not yet claimed: a request naming the session claims it (the
     // open socket did already, if there is one).
     // A promotion notice carries no admission token: the status does.
@@ -230,7 +245,8 @@
     if (!ui) return;
     ui.title.textContent = T.admitted;
     ui.place.textContent = T.admitted; // announced (live region), shown by the title
-    ui.hint.textContent = ui.note.textContent = '';
+    ui.hint.textContent = ui.note.textContent = ui.count.firstChild.textContent = ui.count.lastChild.textContent = '';
+    ui.count.hidden = true;
     (ui.target ? ui.card : ui.root).classList.add('anteroom-in');
     ui.bar.style.width = '100%';
     if (nav) return;
@@ -367,6 +383,7 @@
   }
 
   function stopNet() {
+    stopEvents();
     clearTimeout(joinTimer);
     clearTimeout(wsTimer);
     wsTimer = 0;
@@ -449,6 +466,11 @@
 .anteroom-waiting .anteroom-card{box-shadow:0 2px 12px rgba(0,0,0,.12)}
 .anteroom-title{margin:0 0 .5rem;font-size:1.35rem;font-weight:600}
 .anteroom-place{margin:0 0 1rem;font-size:1.15rem;font-variant-numeric:tabular-nums}
+.anteroom-place:empty{display:none}
+.anteroom-countdown{margin:-.5rem 0 1rem}
+.anteroom-countdown span{display:block;font-size:.95rem}
+.anteroom-countdown strong{display:block;font-size:1.75rem;line-height:1.25;font-variant-numeric:tabular-nums}
+.anteroom-countdown span:empty,.anteroom-countdown[hidden]{display:none}
 .anteroom-track{height:6px;margin:0 0 1rem;border-radius:3px;background:#e2e8f0;overflow:hidden}
 .anteroom-bar{height:100%;width:4%;border-radius:3px;background:#2563eb linear-gradient(90deg,transparent,rgba(255,255,255,.45),transparent);background-size:200% 100%;transition:width .6s ease;animation:anteroom-shine 1.8s linear infinite}
 .anteroom-hint,.anteroom-info,.anteroom-note{margin:.25rem 0 0;font-size:.9rem;color:#475569}
@@ -491,6 +513,10 @@
       place.setAttribute('role', 'status');
       place.setAttribute('aria-live', 'polite');
       place.setAttribute('aria-atomic', 'true');
+      const count = el('p', 'countdown', card);
+      count.setAttribute('role', 'timer'); // not live: read on demand, not every second
+      count.append(document.createElement('span'), document.createElement('strong'));
+      count.hidden = true;
       const track = el('div', 'track', card);
       track.setAttribute('aria-hidden', 'true');
       const bar = el('div', 'progress', track);
@@ -525,7 +551,7 @@
         }
         document.body.appendChild(root);
       }
-      ui = { root, card, target, saved, title, place, bar, hint, note: noteEl, inerted };
+      ui = { root, card, target, saved, title, place, count, bar, hint, note: noteEl, inerted };
       if (!target) try { card.focus({ preventScroll: true }); } catch (e) { /* ok */ }
       render();
     };
@@ -650,17 +676,130 @@
     const lv = laneView(view, view.lane) || { waiting: p, firstWaitingPosition: view.position };
     const waiting = num(lv.waiting);
     const total = Math.max(p, waiting);
-    ui.place.textContent = fill(T.place, { place: p, total });
+    // Before the start of a shuffled pre-queue nobody has a place: say so.
+    const pre = ev && pending(ev) ? ev : null, lottery = pre && inDraw(pre);
+    ui.title.textContent = lottery ? T.drawTitle : T.waiting;
+    ui.place.textContent = !evKnown ? '' : drawPending ? T.drawing
+      : lottery ? T.draw : fill(T.place, { place: p, total });
+    countdown();
     const hint = [];
     if (view.lane === 'priority') hint.push(T.priority);
     if (codeError) hint.push(T.codeBad);
-    // People ahead left when the place is below Convex's upper bound.
-    const left = num(view.position) - num(lv.firstWaitingPosition) + 1 - p;
-    if (left > 0) hint.push(fill(T.left, { left }));
-    hint.push(...etaLines(servedBefore(view, view.lane, p), Number(view.admittedPerMinute) || 0));
+    if (lottery) {
+      // The draw is among the normal lane's waiters from firstPosition on;
+      // those before it keep their places (an estimate from the buckets).
+      const fp = num(pre.firstPosition);
+      const ahead = fp > num(view.firstWaitingPosition) ? Math.max(0, estimatePlace(view, fp) - 1) : 0;
+      hint.push(fill(T.drawCount, { count: Math.max(1, num(view.waiting) - ahead) }));
+      if (ahead > 0) hint.push(fill(T.drawAhead, { ahead }));
+    } else if (evKnown && !drawPending) {
+      if (drawn) hint.push(T.drawn);
+      // People ahead left when the place is below Convex's upper bound.
+      const left = num(view.position) - num(lv.firstWaitingPosition) + 1 - p;
+      if (left > 0) hint.push(fill(T.left, { left }));
+      // Nobody is let in before the start: no wait to estimate.
+      if (!pre) hint.push(...etaLines(servedBefore(view, view.lane, p), Number(view.admittedPerMinute) || 0));
+    }
     ui.hint.textContent = hint.join(' ');
-    maxPlace = Math.max(maxPlace, p);
+    maxPlace = lottery ? 0 : Math.max(maxPlace, p); // progress counts from the draw
     ui.bar.style.width = Math.max(4, (100 * (maxPlace - p)) / maxPlace) + '%';
+  }
+
+  // ---- a scheduled event: countdown and lottery -----------------------------
+  // GET {base}/api/events (with the server's clock) when the wait starts: an
+  // open pre-queue is counted down to its start; one opening within 6 h is
+  // fetched again then. In a shuffled pre-queue nobody has a place before
+  // the draw, so the card says so; once the draw is published, a status call
+  // gives the real place. Fetches near the start are spread over seconds.
+  let ev = null, evKnown = false, evTimer = 0, evFails = 0, tickTimer = 0, skew = 0;
+  let drawn = false, drawPending = false, opening = 0;
+  const pending = (e) => e.phase === 'prequeue' || e.phase === 'scheduled';
+  // In the draw: a shuffled pre-queue, the normal lane, from its first position on.
+  const inDraw = (e) => !!e.shuffle && pending(e) && view.lane !== 'priority' && num(view.position) >= num(e.firstPosition);
+  const jitter = (ms) => ms + Math.random() * 2500;
+
+  function loadEvents() {
+    clearTimeout(evTimer);
+    evTimer = 0;
+    if (state !== 'waiting') return;
+    const t0 = Date.now();
+    api('GET', '/api/events?positions=0&gate=' + enc(gate)) // not the whole pre-queue
+      .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      .then((v) => { evFails = 0; onEvents(v, (t0 + Date.now()) / 2); }, (code) => {
+        evKnown = true;
+        render();
+        if (code !== 404 && state === 'waiting') evTimer = setTimeout(loadEvents, jitter(backoff(evFails++, 2000, 60000)));
+      });
+  }
+
+  // v: the events answer; at: the local time its `now` was read.
+  function onEvents(v, at) {
+    if (state !== 'waiting') return;
+    const now = Date.parse(v && v.now), prev = ev;
+    let next = null, soon = Infinity;
+    if (now > 0 && Array.isArray(v.events)) {
+      skew = now - at;
+      for (const e of v.events) {
+        const pq = Date.parse(e && e.prequeueAt), st = Date.parse(e && e.startsAt);
+        if (!(pq > 0 && st > 0)) continue;
+        if (pending(e) && pq <= now || e.phase === 'started' && (prev && prev.id === e.id || now - st < 60000)) {
+          next = e;
+          break;
+        }
+        if (e.phase === 'scheduled') soon = Math.min(soon, pq - now);
+      }
+    }
+    ev = next;
+    evKnown = true;
+    if (ev && !pending(ev) && prev && prev.id === ev.id && inDraw(prev)) {
+      // Drawn while we waited: the exact place comes with the status.
+      drawn = drawPending = true;
+      status(false);
+      setTimeout(() => { if (drawPending) { drawPending = false; render(); } }, 5000);
+    }
+    if (!prev !== !ev || ev && (prev.id !== ev.id || prev.phase !== ev.phase)) emit('event', ev);
+    if (ev && pending(ev)) {
+      // Due but not stored yet: its first position comes with the transition.
+      if (ev.phase === 'scheduled') evTimer = setTimeout(loadEvents, jitter(1000));
+      tick();
+    } else if (soon < 6 * 3600e3) evTimer = setTimeout(loadEvents, jitter(soon));
+    render();
+  }
+
+  // The time left, on the server's clock, as h:mm:ss or m:ss.
+  function countdown() {
+    const e = ev && pending(ev) ? ev : null;
+    const ms = e ? Date.parse(e.startsAt) - (Date.now() + skew) : 0;
+    if (!ui) return ms;
+    const s = Math.ceil(ms / 1000), h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60;
+    const two = (n) => (n < 10 ? '0' : '') + n;
+    const [words, after] = !e ? ['', ''] : s <= 0 ? ['', T.starting]
+      : fill(T.opens, { time: '\0' + (h ? h + ':' + two(m) : m) + ':' + two(s % 60) }).split('\0');
+    ui.count.firstChild.textContent = words;
+    ui.count.lastChild.textContent = after || '';
+    ui.count.hidden = !after;
+    return ms;
+  }
+
+  // Each second, on the second; at the start, the events again (spread out,
+  // and slower while the start is not stored).
+  function tick() {
+    clearTimeout(tickTimer);
+    tickTimer = 0;
+    if (!ev || !pending(ev) || state !== 'waiting') return;
+    const ms = countdown();
+    if (ms > 0) {
+      opening = 0;
+      tickTimer = setTimeout(tick, (ms % 1000 || 1000) + 15);
+    } else if (!evTimer) {
+      evTimer = setTimeout(loadEvents, jitter(500 + backoff(opening++, 1000, 30000)));
+    }
+  }
+
+  function stopEvents() {
+    clearTimeout(evTimer);
+    clearTimeout(tickTimer);
+    evTimer = tickTimer = 0;
   }
 
   // ---- API ------------------------------------------------------------------
@@ -688,6 +827,7 @@
     get view() { return view; },
     get place() { return state === 'waiting' ? place : 0; },
     get codeError() { return codeError; },
+    get event() { return ev; },
     estimatePlace,
     estimatePlaceIn,
     servedBefore,

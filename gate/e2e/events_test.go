@@ -26,9 +26,9 @@ func TestWaitingPageCountsDownToAnEvent(t *testing.T) {
 	u := b.newUser(t, "early")
 	u.open(srv.url + basePath + "/")
 	u.waitFor("the countdown", `!document.getElementById('event').hidden
-  && /^0:0[0-9]$/.test(document.getElementById('event-countdown').textContent)`)
-	if got := evalJS[string](u, `document.getElementById('event-title').textContent`); got != "Opens in" {
-		t.Errorf("event title %q, want \"Opens in\"", got)
+  && /^The line opens in 0:0[0-9]$/.test(document.getElementById('anteroom-countdown').textContent)`)
+	if got := evalJS[string](u, `document.getElementById('anteroom-title').textContent`); got != "You're in the draw" {
+		t.Errorf("title %q, want \"You're in the draw\"", got)
 	}
 	commit := evalJS[string](u, `document.getElementById('event-commitment').textContent`)
 	if !regexp.MustCompile(ev.Commitment()).MatchString(commit) {

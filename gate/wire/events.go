@@ -7,6 +7,12 @@ import (
 	"github.com/anteroomhq/anteroom/session"
 )
 
+// PositionsParam is the query parameter of GET {base}/api/events: "0"
+// leaves out each started event's Positions (the whole pre-queue, large at
+// a launch, and not needed to show a countdown or a place); any other value
+// changes nothing.
+const PositionsParam = "positions"
+
 // EventsView is the answer of GET {base}/api/events?gate=: the gate's
 // scheduled events, public (no secret before its time), with the server's
 // clock so that a countdown does not depend on the client's.
