@@ -79,6 +79,8 @@ type Store interface {
 	HistoryStore
 	// CodeStore: priority codes and the priority lane (priority.go).
 	CodeStore
+	// GateRemover: a gate's removal in one transaction (remove.go).
+	GateRemover
 }
 
 // ReadyChecker is implemented by a Store that can tell whether it can serve
