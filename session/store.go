@@ -81,6 +81,8 @@ type Store interface {
 	CodeStore
 	// GateRemover: a gate's removal in one transaction (remove.go).
 	GateRemover
+	// LinkClaimer: a claim link's claim, exactly once (claimlink.go).
+	LinkClaimer
 }
 
 // ReadyChecker is implemented by a Store that can tell whether it can serve

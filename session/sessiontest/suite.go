@@ -105,7 +105,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("OutboxEventStarted", func(t *testing.T) { testOutboxEventStarted(t, open) }) // suite_webhooks.go
 	t.Run("History", func(t *testing.T) { testHistory(t, open) })
 	t.Run("Priority", func(t *testing.T) { testPriority(t, open) })
-	t.Run("RemoveGate", func(t *testing.T) { testRemoveGate(t, open) }) // suite_remove.go
+	t.Run("RemoveGate", func(t *testing.T) { testRemoveGate(t, open) })       // suite_remove.go
+	t.Run("ClaimLinkOnce", func(t *testing.T) { testClaimLinkOnce(t, open) }) // suite_claimlink.go
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a

@@ -1,0 +1,85 @@
+package sessiontest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// testClaimLinkOnce checks the store's claim of a claim link: of many
+// claims of one promoted slot racing, exactly one succeeds and one claim is
+// recorded; a claim of a waiter, an absent session, a claimed slot, a slot
+// past its deadline or a direct admission is ErrNotActive and changes
+// nothing.
+func testClaimLinkOnce(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := notifyConfig(1)
+	h.join(cfg, "a")
+	h.join(cfg, "b")
+	h.join(cfg, "c")
+	h.setNotify(cfg, "b", true)
+
+	notActive := func(id string, msg string) {
+		t.Helper()
+		mark := h.mark()
+		_, err := h.store.ClaimLink(h.ctx, gateName, id, h.clock.Now())
+		assert.ErrorIs(t, err, session.ErrNotActive, msg)
+		assert.Empty(t, h.eventsSince(mark), "%s: nothing changed", msg)
+	}
+	notActive("a", "a direct admission has no slot to claim")
+	notActive("b", "a waiter has no slot to claim")
+	notActive("nobody", "an absent session")
+	_, err := h.store.ClaimLink(h.ctx, gateName, "bad id!", h.clock.Now())
+	assert.ErrorIs(t, err, session.ErrInvalidArgument)
+
+	h.clock.Advance(time.Second)
+	h.release(cfg, "a")
+	b := h.mustGet(gateName, "b")
+	require.Equal(t, session.StatusActive, b.Status)
+	require.False(t, b.ClaimDeadline.IsZero())
+
+	mark := h.mark()
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = h.store.ClaimLink(h.ctx, gateName, "b", h.clock.Now())
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		if err == nil {
+			won++
+			continue
+		}
+		assert.ErrorIs(t, err, session.ErrNotActive)
+	}
+	assert.Equal(t, 1, won, "exactly one claim of the link succeeds")
+	claims := 0
+	for _, ev := range h.eventsSince(mark) {
+		if ev.Claimed {
+			claims++
+		}
+	}
+	assert.Equal(t, 1, claims, "one claim recorded")
+	assert.True(t, h.mustGet(gateName, "b").ClaimDeadline.IsZero(), "claimed")
+	notActive("b", "a claimed slot cannot be claimed again")
+
+	// A promotion whose deadline passed (not yet purged) cannot be claimed.
+	h.setNotify(cfg, "c", true)
+	h.clock.Advance(time.Second)
+	h.release(cfg, "b")
+	c := h.mustGet(gateName, "c")
+	require.False(t, c.ClaimDeadline.IsZero())
+	h.clock.Set(c.ClaimDeadline)
+	notActive("c", "at its deadline the slot is gone")
+}
