@@ -23,6 +23,13 @@ type LinkClaimer interface {
 	ClaimLink(ctx context.Context, gate, id string, now time.Time) (Session, error)
 }
 
+// LinkOnly reports whether only a claim link may claim s's slot: a
+// called-back session (Notify) promoted and not yet claimed. A join of it
+// (a backend naming it) is a sign of life that leaves the slot unclaimed.
+func LinkOnly(s Session) bool {
+	return s.Notify && s.Status == StatusActive && !s.ClaimDeadline.IsZero()
+}
+
 // DecideClaimLink decides a claim link's visit at now for the stored row
 // (nil when absent): only an active session whose slot waits to be claimed
 // (ClaimDeadline set, not past) may be claimed, else ErrNotActive. The claim

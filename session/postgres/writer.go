@@ -919,7 +919,7 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		case out.Session.Status == session.StatusActive && out.Action == session.ActionInsert:
 			b.event(g, session.EventActivated, out.Session)
 		case out.Session.Status == session.StatusActive && out.Action == session.ActionUpdate:
-			b.claimEvent(g, out.Session, !existing.ClaimDeadline.IsZero())
+			b.claimEvent(g, out.Session, out.Note == session.EventClaimed)
 		case out.Action == session.ActionInsert:
 			b.event(g, session.EventQueued, out.Session)
 		}

@@ -83,3 +83,47 @@ func testClaimLinkOnce(t *testing.T, open Opener) {
 	h.clock.Set(c.ClaimDeadline)
 	notActive("c", "at its deadline the slot is gone")
 }
+
+// testJoinLeavesLinkClaim checks that a join naming a promoted, called-back
+// session (a backend's re-join) is a sign of life that leaves its slot to
+// the claim link, while a join of any other promoted session claims it
+// (one Claimed event, the claimed history note).
+func testJoinLeavesLinkClaim(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := notifyConfig(1)
+	h.join(cfg, "a")
+	h.join(cfg, "b")
+	h.join(cfg, "c")
+	h.setNotify(cfg, "b", true)
+	h.clock.Advance(time.Second)
+	h.release(cfg, "a")
+	b := h.mustGet(gateName, "b")
+	require.False(t, b.ClaimDeadline.IsZero(), "promoted, unclaimed")
+
+	claims := func(mark int) int {
+		n := 0
+		for _, ev := range h.eventsSince(mark) {
+			if ev.Claimed {
+				n++
+			}
+		}
+		return n
+	}
+	h.clock.Advance(time.Second)
+	mark := h.mark()
+	again := h.join(cfg, "b")
+	assertTime(t, b.ClaimDeadline, again.ClaimDeadline, "the re-join left the slot unclaimed")
+	assertTime(t, h.clock.Now(), again.LastActive, "and is a sign of life")
+	assert.Zero(t, claims(mark), "no claim reported")
+	assertTime(t, b.ClaimDeadline, h.mustGet(gateName, "b").ClaimDeadline, "as stored")
+	_, err := h.store.ClaimLink(h.ctx, gateName, "b", h.clock.Now())
+	require.NoError(t, err, "the link still claims it")
+
+	// c is not called back: its re-join claims.
+	h.release(cfg, "b")
+	c := h.mustGet(gateName, "c")
+	require.False(t, c.ClaimDeadline.IsZero())
+	mark = h.mark()
+	assert.True(t, h.join(cfg, "c").ClaimDeadline.IsZero(), "claimed by the join")
+	assert.Equal(t, 1, claims(mark), "one claim reported")
+}
