@@ -152,7 +152,10 @@ type Event struct {
 	// Released for an explicit release. NotStale on other events.
 	Reason PurgeReason
 	// Claimed is set on an EventRefreshed that claimed a promoted slot (the
-	// session's first sign of life after its promotion).
+	// session's first sign of life after its promotion). The claim itself
+	// is the EventClaimed beside it in the same commit, from which both the
+	// claimed webhook and the claimed history record are made; this flag
+	// only tells commit listeners which refresh it was.
 	Claimed bool
 	// At is when it happened: the time of the operation that caused it, as
 	// the Store was given it. Zero when the operation had no time of its own

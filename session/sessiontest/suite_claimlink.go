@@ -127,3 +127,62 @@ func testJoinLeavesLinkClaim(t *testing.T, open Opener) {
 	assert.True(t, h.join(cfg, "c").ClaimDeadline.IsZero(), "claimed by the join")
 	assert.Equal(t, 1, claims(mark), "one claim reported")
 }
+
+// testClaimOutputsOnce checks that every way of claiming a promoted slot
+// (a join, a touch, a claim link) writes exactly one claimed webhook row
+// and one claimed history record for it, and nothing else claims.
+func testClaimOutputsOnce(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	os, ok := h.store.(session.OutboxStore)
+	if !ok {
+		t.Skip("the store does not implement session.OutboxStore")
+	}
+	r, err := session.NewOutboxRouting([]session.OutboxTarget{{Name: "claims", Events: []string{session.WebhookClaimed}}})
+	require.NoError(t, err)
+	os.SetOutbox(r)
+	cfg := notifyConfig(1)
+	h.join(cfg, "a")
+	for _, id := range []string{"byJoin", "byTouch", "byLink"} {
+		h.join(cfg, id)
+	}
+	h.setNotify(cfg, "byLink", true)
+	claim := map[string]func(){
+		"byJoin": func() { h.join(cfg, "byJoin") },
+		"byTouch": func() {
+			require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: "byTouch", LastActive: h.clock.Now(), Claim: true}}))
+		},
+		"byLink": func() {
+			_, err := h.store.ClaimLink(h.ctx, gateName, "byLink", h.clock.Now())
+			require.NoError(t, err)
+		},
+	}
+	prev := "a"
+	for _, id := range []string{"byJoin", "byTouch", "byLink"} {
+		h.clock.Advance(time.Second)
+		h.release(cfg, prev)
+		require.False(t, h.mustGet(gateName, id).ClaimDeadline.IsZero(), "%s promoted, unclaimed", id)
+		h.clock.Advance(time.Second)
+		claim[id]()
+		// Later signs of life claim nothing more.
+		h.clock.Advance(time.Second)
+		h.join(cfg, id)
+		require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: id, LastActive: h.clock.Now(), Claim: true}}))
+		prev = id
+	}
+	rows, err := os.ClaimOutbox(h.ctx, h.clock.Now(), time.Minute, 100)
+	require.NoError(t, err)
+	webhooks := map[string]int{}
+	for _, m := range rows {
+		require.Equal(t, session.WebhookClaimed, m.Event)
+		webhooks[outboxData(t, m).Session]++
+	}
+	records := map[string]int{}
+	for _, rec := range h.history(session.HistoryQuery{Gate: gateName, Limit: 100}) {
+		if rec.Kind == session.HistoryClaimed {
+			records[rec.Session]++
+		}
+	}
+	want := map[string]int{"byJoin": 1, "byTouch": 1, "byLink": 1}
+	assert.Equal(t, want, webhooks, "one claimed webhook per claim")
+	assert.Equal(t, want, records, "one claimed history record per claim")
+}
