@@ -149,11 +149,11 @@ func (w *Waitlist) AddGate(ctx context.Context, cfg GateConfig) error {
 // ModeReject (its sessions stay in the Store, and come back with the gate if
 // it is added again), and not while a scheduled event's pre-queue is open.
 // Its runtime settings, scheduled events and priority codes are deleted
-// (Store.RemoveGate, in one transaction); a gate of the config file comes back
-// at the next start with the file's settings and events. The gate leaves
-// memory before the Store is asked, so that no new operation reaches it,
-// and comes back when the Store refuses. Errors: ErrUnknownGate, a
-// CodeGateInUse error for a gate with sessions that is not in reject mode, a
+// (Store.RemoveGate, in one transaction); a gate of the config file comes
+// back at the next start with the file's settings and events. A join that
+// commits between the Store's removal and memory's may leave a session in
+// the Store, which comes back with the gate if it is added again. Errors:
+// ErrUnknownGate, a CodeGateInUse error for a gate with sessions that is not in reject mode, a
 // CodePrequeueOpen error, ErrUnavailable, or the Store's.
 func (w *Waitlist) RemoveGate(ctx context.Context, gate string) error {
 	w.adminMu.Lock()
@@ -169,16 +169,13 @@ func (w *Waitlist) RemoveGate(ctx context.Context, gate string) error {
 	if err := CheckRemoveGate(cfg, Counters{Active: v.Active, Waiting: v.Waiting}, w.ev.of(gate), now); err != nil {
 		return err
 	}
-	w.swapSet(func(old *gateSet) *gateSet { return old.without(gate) })
+	// The Store decides under the gate's lock, on its counters: a join
+	// committed meanwhile makes it refuse. The gate stays in memory until
+	// then, so that memory follows every commit of a gate that stays.
 	if err := w.store.RemoveGate(ctx, cfg, now); err != nil {
-		w.swapSet(func(old *gateSet) *gateSet {
-			if old.m[gate] != nil {
-				return old
-			}
-			return old.with(gate, g)
-		})
 		return err
 	}
+	w.swapSet(func(old *gateSet) *gateSet { return old.without(gate) })
 	w.ev.set(gate, nil)
 	w.log.Info("anteroom: gate removed at runtime", "gate", gate)
 	return nil

@@ -2,6 +2,9 @@ package sessiontest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ func testRemoveGate(t *testing.T, open Opener) {
 	t.Run("TakesEventsAndCodes", func(t *testing.T) { testRemoveGateData(t, open) })
 	t.Run("RefusedInPrequeue", func(t *testing.T) { testRemoveGatePrequeue(t, open) })
 	t.Run("StoreChecksCounters", func(t *testing.T) { testRemoveGateStoreCounters(t, open) })
+	t.Run("RacingJoins", func(t *testing.T) { testRemoveGateRacingJoins(t, open) })
 }
 
 func testRemoveGateData(t *testing.T, open Opener) {
@@ -127,4 +131,53 @@ func testRemoveGateStoreCounters(t *testing.T, open Opener) {
 	assert.NotContains(t, snaps, "extra")
 	h.mustGet("extra", "a") // sessions stay
 	assert.ErrorIs(t, r.RemoveGate(ctx, session.GateConfig{Name: "no/slash"}, h.clock.Now()), session.ErrInvalidArgument)
+}
+
+// testRemoveGateRacingJoins removes an open, empty gate while joins race
+// into it. Whatever wins, memory and the store agree afterwards: a refused
+// removal (gate_in_use, from the store's own check) leaves the gate whole
+// in memory; a removal that went through leaves nothing in memory, and the
+// gate added again shows what the store holds.
+func testRemoveGateRacingJoins(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	ctx := context.Background()
+	w := h.waitlist(GateConfig(gateName, 1))
+	outcomes := map[string]int{}
+	for round := range 12 {
+		name := fmt.Sprintf("race%d", round)
+		cfg := GateConfig(name, 3)
+		require.NoError(t, w.AddGate(ctx, cfg))
+		var wg sync.WaitGroup
+		joined := make([]error, 6)
+		for i := range joined {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, joined[i] = w.Join(ctx, name, fmt.Sprintf("s%d", i))
+			}()
+		}
+		removed := w.RemoveGate(ctx, name)
+		wg.Wait()
+		for _, err := range joined {
+			if err != nil {
+				require.ErrorIs(t, err, session.ErrUnknownGate, "a join fails only for want of the gate")
+			}
+		}
+		switch {
+		case removed == nil:
+			outcomes["removed"]++
+			require.NotContains(t, w.Gates(), name)
+			require.NoError(t, w.AddGate(ctx, cfg), "added again")
+		case errors.Is(removed, &session.Error{Code: session.CodeGateInUse}):
+			outcomes["in use"]++
+			require.Contains(t, w.Gates(), name, "a refused removal keeps the gate")
+		default:
+			require.NoError(t, removed)
+		}
+		v, err := w.Global(name)
+		require.NoError(t, err)
+		st := h.state(name)
+		assert.Equal(t, [2]int64{st.Active, st.Waiting}, [2]int64{v.Active, v.Waiting}, "round %d: memory agrees with the store", round)
+	}
+	t.Logf("outcomes: %v", outcomes)
 }
