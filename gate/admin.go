@@ -117,6 +117,11 @@ type AdminSettings struct {
 	ReleaseOnDisconnect string       `json:"releaseOnDisconnect"`
 	NewUsersPerMinute   int64        `json:"newUsersPerMinute"`
 	Mode                session.Mode `json:"mode"`
+	// NotifyClaimTimeout is the claim window of a called-back session;
+	// AdmissionTokenTTL the lifetime of the gate's admission tokens ("0s":
+	// none; tokens need admission_token on some configured gate).
+	NotifyClaimTimeout string `json:"notifyClaimTimeout"`
+	AdmissionTokenTTL  string `json:"admissionTokenTtl"`
 }
 
 // AdminGate is one gate as GET gates shows it: its settings and live state.
@@ -184,6 +189,8 @@ func adminGateOf(st session.GateStats) AdminGate {
 			ReleaseOnDisconnect: c.ReleaseOnDisconnect.String(),
 			NewUsersPerMinute:   c.NewUsersPerMinute,
 			Mode:                mode,
+			NotifyClaimTimeout:  session.ClaimWindow(c, session.Session{Notify: true}).String(),
+			AdmissionTokenTTL:   c.AdmissionTTL.String(),
 		},
 		SettingsSource:       src,
 		Mode:                 live,
@@ -249,6 +256,8 @@ type adminPatch struct {
 	ReleaseOnDisconnect *string `json:"releaseOnDisconnect"`
 	NewUsersPerMinute   *int64  `json:"newUsersPerMinute"`
 	Mode                *string `json:"mode"`
+	NotifyClaimTimeout  *string `json:"notifyClaimTimeout"`
+	AdmissionTokenTTL   *string `json:"admissionTokenTtl"`
 }
 
 // maxAdminDuration bounds the durations the admin API accepts.
@@ -287,6 +296,8 @@ func applyPatch(cfg session.GateConfig, p adminPatch) (session.GateConfig, error
 		{"waitingTimeout", p.WaitingTimeout, &cfg.WaitingTimeout, true},
 		{"claimTimeout", p.ClaimTimeout, &cfg.ClaimTimeout, false},
 		{"releaseOnDisconnect", p.ReleaseOnDisconnect, &cfg.ReleaseOnDisconnect, false},
+		{"notifyClaimTimeout", p.NotifyClaimTimeout, &cfg.NotifyClaimTimeout, false},
+		{"admissionTokenTtl", p.AdmissionTokenTTL, &cfg.AdmissionTTL, false},
 	}
 	for _, d := range durations {
 		if d.v == nil {
@@ -317,6 +328,9 @@ func applyPatch(cfg session.GateConfig, p adminPatch) (session.GateConfig, error
 			return cfg, bad("mode", "want open, queue_all or reject")
 		}
 		cfg.Mode = m
+	}
+	if cfg.AdmissionTTL != 0 && (cfg.AdmissionTTL < time.Second || cfg.AdmissionTTL > session.MaxAdmissionTTL) {
+		return cfg, bad("admissionTokenTtl", "must be 0 (no admission tokens) or from 1s to 24h")
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err

@@ -190,7 +190,7 @@ func TestAdminListAndGet(t *testing.T) {
 	require.Len(t, list.Gates, 2)
 	g := list.Gates[0]
 	assert.Equal(t, "default", g.Name)
-	assert.Equal(t, gate.AdminSettings{ActiveLimit: 1, ActiveTimeout: "5m0s", WaitingTimeout: "1m0s", ClaimTimeout: "0s", ReleaseOnDisconnect: "0s", Mode: session.ModeOpen}, g.Settings)
+	assert.Equal(t, gate.AdminSettings{ActiveLimit: 1, ActiveTimeout: "5m0s", WaitingTimeout: "1m0s", ClaimTimeout: "0s", ReleaseOnDisconnect: "0s", Mode: session.ModeOpen, NotifyClaimTimeout: "15m0s", AdmissionTokenTTL: "0s"}, g.Settings)
 	assert.Equal(t, [3]int64{1, 1, 1}, [3]int64{g.Active, g.Waiting, g.Limit})
 	assert.Equal(t, "file", g.SettingsSource)
 	assert.Equal(t, session.ModeOpen, g.Mode)
@@ -213,7 +213,7 @@ func TestAdminPatch(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	var g gate.AdminGate
 	require.NoError(t, json.Unmarshal([]byte(body), &g))
-	assert.Equal(t, gate.AdminSettings{ActiveLimit: 2, ActiveTimeout: "10m0s", WaitingTimeout: "1m30s", ClaimTimeout: "30s", ReleaseOnDisconnect: "0s", NewUsersPerMinute: 600, Mode: session.ModeOpen}, g.Settings)
+	assert.Equal(t, gate.AdminSettings{ActiveLimit: 2, ActiveTimeout: "10m0s", WaitingTimeout: "1m30s", ClaimTimeout: "30s", ReleaseOnDisconnect: "0s", NewUsersPerMinute: 600, Mode: session.ModeOpen, NotifyClaimTimeout: "15m0s", AdmissionTokenTTL: "0s"}, g.Settings)
 	assert.Equal(t, "runtime", g.SettingsSource)
 	assert.Equal(t, [2]int64{2, 1}, [2]int64{g.Active, g.Waiting}, "b was promoted at once")
 	v, err := h.sc.Waitlist.Status(t.Context(), "default", "b")

@@ -35,6 +35,11 @@ type AdmissionsOptions struct {
 	// issues none. Each is rounded down to whole seconds, at least one
 	// second and at most token.MaxAdmissionTTL.
 	TTL map[string]time.Duration
+	// TTLOf, when set, gives a gate's lifetime instead of TTL at each
+	// issue (the Waitlist's GateConfig(gate).AdmissionTTL), so that a gate
+	// added or changed at runtime issues tokens as its settings say; a
+	// result below one second means none. TTL is then only validated.
+	TTLOf func(gate string) time.Duration
 	// Now tells the time. Default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -47,6 +52,7 @@ type AdmissionsOptions struct {
 type Admissions struct {
 	store session.AdmissionStore
 	ttl   map[string]time.Duration
+	ttlOf func(gate string) time.Duration
 	now   func() time.Time
 	log   *slog.Logger
 
@@ -69,7 +75,7 @@ func NewAdmissions(ctx context.Context, opts AdmissionsOptions) (*Admissions, er
 	if opts.Store == nil {
 		return nil, errors.New("gate: AdmissionsOptions.Store is required")
 	}
-	a := &Admissions{store: opts.Store, ttl: map[string]time.Duration{}, now: opts.Now, log: opts.Logger}
+	a := &Admissions{store: opts.Store, ttl: map[string]time.Duration{}, ttlOf: opts.TTLOf, now: opts.Now, log: opts.Logger}
 	if a.now == nil {
 		a.now = time.Now
 	}
@@ -134,7 +140,7 @@ func (a *Admissions) keyring(ctx context.Context) (*ringState, error) {
 //
 // Errors: the store's (session.ErrUnavailable, storage errors), wrapped.
 func (a *Admissions) Issue(ctx context.Context, v session.SessionView) (string, error) {
-	ttl, ok := a.ttl[v.Gate]
+	ttl, ok := a.gateTTL(v.Gate)
 	if !ok || v.Status != session.StatusActive || v.ClaimDeadline != nil || v.Position <= 0 {
 		return "", nil
 	}
@@ -158,6 +164,17 @@ func (a *Admissions) Issue(ctx context.Context, v session.SessionView) (string, 
 	}
 	return token.SignAdmission(key, token.AdmissionClaims{Gate: rec.Gate, Subject: rec.Session, ID: rec.ID,
 		IssuedAt: rec.IssuedAt.Unix(), Expires: rec.Expires.Unix()})
+}
+
+// gateTTL is the lifetime of gate's admission tokens, and whether it issues
+// any.
+func (a *Admissions) gateTTL(gate string) (time.Duration, bool) {
+	if a.ttlOf == nil {
+		d, ok := a.ttl[gate]
+		return d, ok
+	}
+	d := a.ttlOf(gate).Truncate(time.Second)
+	return d, d >= time.Second && d <= token.MaxAdmissionTTL
 }
 
 // withAdmission sets v.Admission when the Server issues admission tokens.

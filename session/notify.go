@@ -74,38 +74,3 @@ func (w *Waitlist) SetNotify(ctx context.Context, gate, id string, notify bool) 
 	v.Notify = s.Notify
 	return v, nil
 }
-
-// ClaimLink claims a promoted, unclaimed slot on behalf of a claim link's
-// first visit. It returns nil to exactly one caller per promotion on this
-// instance, and writes the claim through the Store at once (so it survives a
-// crash and the claimed webhook goes out). Errors: ErrUnknownGate,
-// ErrInvalidArgument, ErrNotActive when the session is not active or was
-// already claimed, ErrUnavailable, or the Store's.
-func (w *Waitlist) ClaimLink(ctx context.Context, gate, id string) error {
-	g, err := w.writable(gate, id)
-	if err != nil {
-		return err
-	}
-	if err := w.following(); err != nil {
-		return err
-	}
-	now := w.clock.Now()
-	g.mu.RLock()
-	e := g.active[id]
-	g.mu.RUnlock()
-	if e == nil || e.claimDeadline.Load() == 0 || e.claimDeadline.Swap(0) == 0 {
-		return Errorf(CodeNotActive, "session %q of gate %q has no slot waiting to be claimed", id, gate)
-	}
-	for {
-		old := e.lastActive.Load()
-		if old >= now.UnixNano() || e.lastActive.CompareAndSwap(old, now.UnixNano()) {
-			break
-		}
-	}
-	if err := w.store.Touch(ctx, gate, []Touch{{ID: id, LastActive: now, Claim: true}}); err != nil {
-		// Memory claimed it: the flusher retries.
-		e.claimPending.Store(true)
-		return err
-	}
-	return nil
-}

@@ -103,7 +103,8 @@ func TestWebhookEvent(t *testing.T) {
 	}{
 		{Event{Kind: EventPromoted, Session: s}, WebhookPromoted},
 		{Event{Kind: EventRefreshed, Session: s}, ""},
-		{Event{Kind: EventRefreshed, Session: s, Claimed: true}, WebhookClaimed},
+		{Event{Kind: EventRefreshed, Session: s, Claimed: true}, ""},
+		{Event{Kind: EventClaimed, Session: s}, WebhookClaimed},
 		{Event{Kind: EventDeactivated, Session: s, Reason: Released}, WebhookReleased},
 		{Event{Kind: EventDequeued, Session: s, Reason: Released}, WebhookReleased},
 		{Event{Kind: EventDequeued, Session: s, Reason: Gone}, WebhookPurged},

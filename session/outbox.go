@@ -15,7 +15,7 @@ import (
 // The webhook events.
 const (
 	WebhookPromoted     = "promoted"      // a waiter got a slot (EventPromoted)
-	WebhookClaimed      = "claimed"       // a promoted session claimed its slot (EventRefreshed with Claimed)
+	WebhookClaimed      = "claimed"       // a promoted session claimed its slot (EventClaimed)
 	WebhookPurged       = "purged"        // a session was purged: gone, idle or unclaimed
 	WebhookReleased     = "released"      // a session was released
 	WebhookEventStarted = "event.started" // a scheduled event started (EventLaunched, in the draw's transaction)
@@ -97,10 +97,8 @@ func WebhookEvent(ev Event) string {
 	switch ev.Kind {
 	case EventPromoted:
 		return WebhookPromoted
-	case EventRefreshed:
-		if ev.Claimed {
-			return WebhookClaimed
-		}
+	case EventClaimed: // the rules' note, which history records too
+		return WebhookClaimed
 	case EventLaunched:
 		return WebhookEventStarted
 	case EventDeactivated, EventDequeued:

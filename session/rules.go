@@ -73,6 +73,9 @@ func DecideJoin(cfg GateConfig, c Counters, p Pace, existing *Session, id string
 	if existing != nil {
 		s := *existing
 		s.LastActive = now
+		if LinkOnly(*existing) { // a called-back session's slot waits for its link
+			return Outcome{Action: ActionUpdate, Session: s, Pace: p}, nil
+		}
 		s.ClaimDeadline = time.Time{}
 		return Outcome{Action: ActionUpdate, Session: s, Pace: p, Note: joinNote(existing)}, nil
 	}

@@ -135,6 +135,7 @@ func (w *Waitlist) AddGate(ctx context.Context, cfg GateConfig) error {
 		return err
 	}
 	g := w.newGateMemory(cfg, snaps[cfg.Name])
+	w.ev.set(cfg.Name, append([]ScheduledEvent(nil), snaps[cfg.Name].Events...))
 	g.runtime.Store(true)
 	w.swapSet(func(old *gateSet) *gateSet { return old.with(cfg.Name, g) })
 	w.log.Info("anteroom: gate added at runtime", "gate", cfg.Name, "settings", cfg.String())
@@ -145,11 +146,15 @@ func (w *Waitlist) AddGate(ctx context.Context, cfg GateConfig) error {
 }
 
 // RemoveGate removes a gate at runtime: one nobody is in, or one in
-// ModeReject (its rows stay in the Store, and come back with the gate if it
-// is added again). Its runtime settings are forgotten; a gate of the config
-// file comes back at the next start. Errors: ErrUnknownGate, a
-// CodeGateInUse error for a gate with sessions that is not in reject mode,
-// ErrUnavailable, or the Store's.
+// ModeReject (its sessions stay in the Store, and come back with the gate if
+// it is added again), and not while a scheduled event's pre-queue is open.
+// Its runtime settings, scheduled events and priority codes are deleted
+// (Store.RemoveGate, in one transaction); a gate of the config file comes
+// back at the next start with the file's settings and events. A join that
+// commits between the Store's removal and memory's may leave a session in
+// the Store, which comes back with the gate if it is added again. Errors:
+// ErrUnknownGate, a CodeGateInUse error for a gate with sessions that is not in reject mode, a
+// CodePrequeueOpen error, ErrUnavailable, or the Store's.
 func (w *Waitlist) RemoveGate(ctx context.Context, gate string) error {
 	w.adminMu.Lock()
 	defer w.adminMu.Unlock()
@@ -160,14 +165,18 @@ func (w *Waitlist) RemoveGate(ctx context.Context, gate string) error {
 	if w.closed.Load() {
 		return ErrUnavailable
 	}
-	v := g.view.Load()
-	if g.config().Mode != ModeReject && (v.Active > 0 || v.Waiting > 0) {
-		return Errorf(CodeGateInUse, "gate %q has %d active and %d waiting sessions: switch it to reject mode first", gate, v.Active, v.Waiting)
+	v, cfg, now := g.view.Load(), g.config(), w.clock.Now()
+	if err := CheckRemoveGate(cfg, Counters{Active: v.Active, Waiting: v.Waiting}, w.ev.of(gate), now); err != nil {
+		return err
 	}
-	if err := w.store.SaveGateSettings(ctx, gate, nil); err != nil {
+	// The Store decides under the gate's lock, on its counters: a join
+	// committed meanwhile makes it refuse. The gate stays in memory until
+	// then, so that memory follows every commit of a gate that stays.
+	if err := w.store.RemoveGate(ctx, cfg, now); err != nil {
 		return err
 	}
 	w.swapSet(func(old *gateSet) *gateSet { return old.without(gate) })
+	w.ev.set(gate, nil)
 	w.log.Info("anteroom: gate removed at runtime", "gate", gate)
 	return nil
 }

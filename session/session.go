@@ -76,7 +76,14 @@ type GateConfig struct {
 	// Notify set (it was called back and must come from a mail or a push).
 	// Zero: DefaultNotifyClaimTimeout.
 	NotifyClaimTimeout time.Duration
+	// AdmissionTTL is the lifetime of the gate's admission tokens (issued
+	// by the sidecar, see gate.Admissions): 0 for none, else 1s to
+	// MaxAdmissionTTL. The session package only keeps it with the rest.
+	AdmissionTTL time.Duration
 }
+
+// MaxAdmissionTTL bounds GateConfig.AdmissionTTL (token.MaxAdmissionTTL).
+const MaxAdmissionTTL = 24 * time.Hour
 
 // String renders the configuration for logs.
 func (c GateConfig) String() string {
@@ -129,6 +136,8 @@ func (c GateConfig) Validate() error {
 		return Errorf(CodeInvalidArgument, "gate %q: claim_timeout %v: must not be negative", c.Name, c.ClaimTimeout)
 	case c.NotifyClaimTimeout < 0:
 		return Errorf(CodeInvalidArgument, "gate %q: notify_claim_timeout %v: must not be negative", c.Name, c.NotifyClaimTimeout)
+	case c.AdmissionTTL != 0 && (c.AdmissionTTL < time.Second || c.AdmissionTTL > MaxAdmissionTTL):
+		return Errorf(CodeInvalidArgument, "gate %q: admission_token.ttl %v: must be 0 (no admission tokens) or from 1s to %v", c.Name, c.AdmissionTTL, MaxAdmissionTTL)
 	case c.ReleaseOnDisconnect < 0:
 		return Errorf(CodeInvalidArgument, "gate %q: release_on_disconnect %v: must not be negative", c.Name, c.ReleaseOnDisconnect)
 	case !c.Mode.Valid():

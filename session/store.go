@@ -79,6 +79,10 @@ type Store interface {
 	HistoryStore
 	// CodeStore: priority codes and the priority lane (priority.go).
 	CodeStore
+	// GateRemover: a gate's removal in one transaction (remove.go).
+	GateRemover
+	// LinkClaimer: a claim link's claim, exactly once (claimlink.go).
+	LinkClaimer
 }
 
 // ReadyChecker is implemented by a Store that can tell whether it can serve
@@ -148,7 +152,10 @@ type Event struct {
 	// Released for an explicit release. NotStale on other events.
 	Reason PurgeReason
 	// Claimed is set on an EventRefreshed that claimed a promoted slot (the
-	// session's first sign of life after its promotion).
+	// session's first sign of life after its promotion). The claim itself
+	// is the EventClaimed beside it in the same commit, from which both the
+	// claimed webhook and the claimed history record are made; this flag
+	// only tells commit listeners which refresh it was.
 	Claimed bool
 	// At is when it happened: the time of the operation that caused it, as
 	// the Store was given it. Zero when the operation had no time of its own

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/session"
@@ -12,7 +13,10 @@ import (
 // newAdmissions returns the issuer of admission tokens when a gate has
 // admission_token.ttl set, else nil. It returns an error when the store
 // keeps no admission records or the keyring cannot be read.
-func newAdmissions(ctx context.Context, cfg Config, store appStore, log *slog.Logger) (*gate.Admissions, error) {
+//
+// Each issue reads the gate's lifetime from wl (its settings, so a gate
+// added at runtime issues tokens as the settings it inherited say).
+func newAdmissions(ctx context.Context, cfg Config, store appStore, wl *session.Waitlist, log *slog.Logger) (*gate.Admissions, error) {
 	ttls := cfg.AdmissionTTLs()
 	if len(ttls) == 0 {
 		return nil, nil
@@ -21,5 +25,12 @@ func newAdmissions(ctx context.Context, cfg Config, store appStore, log *slog.Lo
 	if !ok {
 		return nil, errors.New("admission_token: the store keeps no admission records")
 	}
-	return gate.NewAdmissions(ctx, gate.AdmissionsOptions{Store: as, TTL: ttls, Logger: log})
+	ttlOf := func(g string) time.Duration {
+		c, err := wl.GateConfig(g)
+		if err != nil {
+			return 0
+		}
+		return c.AdmissionTTL
+	}
+	return gate.NewAdmissions(ctx, gate.AdmissionsOptions{Store: as, TTL: ttls, TTLOf: ttlOf, Logger: log})
 }

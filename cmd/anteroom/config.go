@@ -1061,6 +1061,7 @@ func (c Config) SessionGates() []session.GateConfig {
 			Mode:               session.Mode(g.Mode),
 			NewUsersPerMinute:  g.NewUsersPerMinute,
 			NotifyClaimTimeout: time.Duration(g.NotifyClaimTimeout),
+			AdmissionTTL:       time.Duration(g.AdmissionToken.TTL).Truncate(time.Second),
 		})
 		if g.ClaimTimeout != nil {
 			out[len(out)-1].ClaimTimeout = time.Duration(*g.ClaimTimeout)

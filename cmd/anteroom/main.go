@@ -269,7 +269,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 			BodyIdleTimeout: timeouts.read,
 		}
 	}
-	if opts.Admissions, err = newAdmissions(ctx, cfg, store, log); err != nil {
+	if opts.Admissions, err = newAdmissions(ctx, cfg, store, waitlist, log); err != nil {
 		return err
 	}
 	handler, err := gate.New(opts)

@@ -113,7 +113,13 @@ func StartSidecar(t testing.TB, opts Options) *Sidecar {
 		// a sweep call Waitlist.Sweep themselves.
 		wopts.SweepInterval = -1
 	}
-	sc.Waitlist, err = session.New(context.Background(), store, opts.Gates, wopts)
+	gates := append([]session.GateConfig(nil), opts.Gates...)
+	for i := range gates { // as cmd/anteroom's configuration does
+		if d, ok := opts.AdmissionTTL[gates[i].Name]; ok && gates[i].AdmissionTTL == 0 {
+			gates[i].AdmissionTTL = d
+		}
+	}
+	sc.Waitlist, err = session.New(context.Background(), store, gates, wopts)
 	if err != nil {
 		t.Fatalf("gatetest: session.New: %v", err)
 	}
@@ -124,7 +130,13 @@ func StartSidecar(t testing.TB, opts Options) *Sidecar {
 	}
 	gopts := gate.Options{BasePath: BasePath, Waitlist: sc.Waitlist, Signer: sc.Signer, Hub: hub, Logger: log}
 	if len(opts.AdmissionTTL) > 0 {
-		aopts := gate.AdmissionsOptions{Store: store, TTL: opts.AdmissionTTL, Logger: log}
+		aopts := gate.AdmissionsOptions{Store: store, TTL: opts.AdmissionTTL, Logger: log, TTLOf: func(g string) time.Duration {
+			c, err := sc.Waitlist.GateConfig(g)
+			if err != nil {
+				return 0
+			}
+			return c.AdmissionTTL
+		}}
 		if sc.Clock != nil {
 			aopts.Now = sc.Clock.Now
 		}

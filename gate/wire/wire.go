@@ -79,7 +79,7 @@ func Status(code session.Code) int {
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case session.CodeGateExists, session.CodeGateInUse, session.CodeEventExists, session.CodeEventLocked, session.CodeAlreadyRedeemed, CodeAlreadyClaimed, session.CodeCodeUsed, session.CodeCodeExists:
+	case session.CodeGateExists, session.CodeGateInUse, session.CodePrequeueOpen, session.CodeEventExists, session.CodeEventLocked, session.CodeAlreadyRedeemed, CodeAlreadyClaimed, session.CodeCodeUsed, session.CodeCodeExists:
 		return http.StatusConflict
 	case CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge

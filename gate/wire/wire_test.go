@@ -39,6 +39,7 @@ func TestStatus(t *testing.T) {
 		session.CodeGateClosed:      503,
 		session.CodeGateExists:      409,
 		session.CodeGateInUse:       409,
+		session.CodePrequeueOpen:    409,
 		wire.CodeAdminTokenRequired: 401,
 		wire.CodeUpstreamTimeout:    504,
 		wire.CodeRequestTimeout:     408,

@@ -30,6 +30,8 @@ type storedSettings struct {
 	ReleaseOnDisconnect int64        `json:"releaseOnDisconnectNs"`
 	Mode                session.Mode `json:"mode"`
 	NewUsersPerMinute   int64        `json:"newUsersPerMinute"`
+	NotifyClaimTimeout  int64        `json:"notifyClaimTimeoutNs,omitempty"`
+	AdmissionTTL        int64        `json:"admissionTtlNs,omitempty"`
 }
 
 // SaveGateSettings persists settings as gate's runtime settings, which Load
@@ -80,6 +82,8 @@ func toStored(c session.GateConfig) storedSettings {
 		ReleaseOnDisconnect: int64(c.ReleaseOnDisconnect),
 		Mode:                c.Mode,
 		NewUsersPerMinute:   c.NewUsersPerMinute,
+		NotifyClaimTimeout:  int64(c.NotifyClaimTimeout),
+		AdmissionTTL:        int64(c.AdmissionTTL),
 	}
 }
 
@@ -95,6 +99,8 @@ func (st storedSettings) config(gate string) (session.GateConfig, error) {
 		ReleaseOnDisconnect: time.Duration(st.ReleaseOnDisconnect),
 		Mode:                st.Mode,
 		NewUsersPerMinute:   st.NewUsersPerMinute,
+		NotifyClaimTimeout:  time.Duration(st.NotifyClaimTimeout),
+		AdmissionTTL:        time.Duration(st.AdmissionTTL),
 	}
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("postgres: settings of gate %q: %w", gate, err)

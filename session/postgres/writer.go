@@ -640,6 +640,11 @@ type wireEvent struct {
 	Reason session.PurgeReason `json:"r,omitempty"`
 	// Lane is the session's lane (session.Lane), absent for the normal one.
 	Lane session.Lane `json:"q,omitempty"`
+	// Claimed, At and Notify are session.Event's Claimed and At and the
+	// session's Notify (absent when false or zero).
+	Claimed bool  `json:"m,omitempty"`
+	At      int64 `json:"t,omitempty"`
+	Notify  bool  `json:"n,omitempty"`
 }
 
 type wireState struct {
@@ -653,7 +658,11 @@ type wireState struct {
 func toWire(evs []session.Event, st session.GateState) payload {
 	p := payload{State: wireState{Next: st.NextPosition, Active: st.Active, Waiting: st.Waiting, First: st.FirstWaitingPosition, Last: st.LastWaitingPosition}}
 	for _, ev := range evs {
-		w := wireEvent{Kind: ev.Kind, ID: ev.Session.ID, Position: ev.Session.Position, Active: ev.Session.Status == session.StatusActive, CreatedAt: ev.Session.CreatedAt.UnixNano(), Reason: ev.Reason, Lane: ev.Session.Lane}
+		w := wireEvent{Kind: ev.Kind, ID: ev.Session.ID, Position: ev.Session.Position, Active: ev.Session.Status == session.StatusActive, CreatedAt: ev.Session.CreatedAt.UnixNano(), Reason: ev.Reason, Lane: ev.Session.Lane,
+			Claimed: ev.Claimed, Notify: ev.Session.Notify}
+		if !ev.At.IsZero() {
+			w.At = ev.At.UnixNano()
+		}
 		if !ev.Session.LastActive.IsZero() {
 			w.LastActive = ev.Session.LastActive.UnixNano()
 		}
@@ -682,7 +691,12 @@ func (p payload) commit(gate string) session.Commit {
 		if w.Claim != 0 {
 			s.ClaimDeadline = time.Unix(0, w.Claim)
 		}
-		c.Events = append(c.Events, session.Event{Kind: w.Kind, Session: s, Reason: w.Reason})
+		s.Notify = w.Notify
+		ev := session.Event{Kind: w.Kind, Session: s, Reason: w.Reason, Claimed: w.Claimed}
+		if w.At != 0 {
+			ev.At = time.Unix(0, w.At)
+		}
+		c.Events = append(c.Events, ev)
 	}
 	return c
 }
@@ -905,7 +919,7 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		case out.Session.Status == session.StatusActive && out.Action == session.ActionInsert:
 			b.event(g, session.EventActivated, out.Session)
 		case out.Session.Status == session.StatusActive && out.Action == session.ActionUpdate:
-			b.claimEvent(g, out.Session, !existing.ClaimDeadline.IsZero())
+			b.claimEvent(g, out.Session, out.Note == session.EventClaimed)
 		case out.Action == session.ActionInsert:
 			b.event(g, session.EventQueued, out.Session)
 		}

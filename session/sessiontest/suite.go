@@ -105,6 +105,10 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("OutboxEventStarted", func(t *testing.T) { testOutboxEventStarted(t, open) }) // suite_webhooks.go
 	t.Run("History", func(t *testing.T) { testHistory(t, open) })
 	t.Run("Priority", func(t *testing.T) { testPriority(t, open) })
+	t.Run("RemoveGate", func(t *testing.T) { testRemoveGate(t, open) })       // suite_remove.go
+	t.Run("ClaimLinkOnce", func(t *testing.T) { testClaimLinkOnce(t, open) }) // suite_claimlink.go
+	t.Run("JoinLeavesLinkClaim", func(t *testing.T) { testJoinLeavesLinkClaim(t, open) })
+	t.Run("ClaimOutputsOnce", func(t *testing.T) { testClaimOutputsOnce(t, open) })
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a

@@ -22,6 +22,8 @@ func testGateSettings(t *testing.T, open Opener) {
 	cfg.ReleaseOnDisconnect = 3 * time.Second
 	cfg.Mode = session.ModeQueueAll
 	cfg.NewUsersPerMinute = 120
+	cfg.NotifyClaimTimeout = 20 * time.Minute // kept like every other setting
+	cfg.AdmissionTTL = 5 * time.Minute
 	require.NoError(t, h.store.SaveGateSettings(h.ctx, gateName, &cfg))
 	extra := GateConfig("added", 3)
 	require.NoError(t, h.store.SaveGateSettings(h.ctx, "added", &extra))
@@ -52,6 +54,9 @@ func testGateSettings(t *testing.T, open Opener) {
 
 	bad := cfg
 	bad.ActiveLimit = -1
+	assert.ErrorIs(t, h.store.SaveGateSettings(h.ctx, gateName, &bad), session.ErrInvalidArgument)
+	bad = cfg
+	bad.AdmissionTTL = 25 * time.Hour
 	assert.ErrorIs(t, h.store.SaveGateSettings(h.ctx, gateName, &bad), session.ErrInvalidArgument)
 	assert.ErrorIs(t, h.store.SaveGateSettings(h.ctx, "other", &cfg), session.ErrInvalidArgument, "settings of another gate")
 	assert.ErrorIs(t, h.store.SaveGateSettings(h.ctx, "no/slash", nil), session.ErrInvalidArgument)

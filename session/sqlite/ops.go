@@ -222,7 +222,7 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 	case out.Session.Status == session.StatusActive && out.Action == session.ActionInsert:
 		b.event(session.EventActivated, out.Session)
 	case out.Session.Status == session.StatusActive && out.Action == session.ActionUpdate:
-		b.events = append(b.events, session.Event{Kind: session.EventRefreshed, Session: out.Session, Claimed: !existing.ClaimDeadline.IsZero()})
+		b.events = append(b.events, session.Event{Kind: session.EventRefreshed, Session: out.Session, Claimed: out.Note == session.EventClaimed})
 	case out.Action == session.ActionInsert:
 		b.event(session.EventQueued, out.Session)
 	}

@@ -34,6 +34,8 @@ type storedSettings struct {
 	ReleaseOnDisconnect int64        `json:"releaseOnDisconnectNs"`
 	Mode                session.Mode `json:"mode"`
 	NewUsersPerMinute   int64        `json:"newUsersPerMinute"`
+	NotifyClaimTimeout  int64        `json:"notifyClaimTimeoutNs,omitempty"`
+	AdmissionTTL        int64        `json:"admissionTtlNs,omitempty"`
 }
 
 func encodeSettings(c session.GateConfig) ([]byte, error) {
@@ -45,6 +47,8 @@ func encodeSettings(c session.GateConfig) ([]byte, error) {
 		ReleaseOnDisconnect: int64(c.ReleaseOnDisconnect),
 		Mode:                c.Mode,
 		NewUsersPerMinute:   c.NewUsersPerMinute,
+		NotifyClaimTimeout:  int64(c.NotifyClaimTimeout),
+		AdmissionTTL:        int64(c.AdmissionTTL),
 	})
 }
 
@@ -64,6 +68,8 @@ func decodeSettings(gate string, b []byte) (session.GateConfig, error) {
 		ReleaseOnDisconnect: time.Duration(s.ReleaseOnDisconnect),
 		Mode:                s.Mode,
 		NewUsersPerMinute:   s.NewUsersPerMinute,
+		NotifyClaimTimeout:  time.Duration(s.NotifyClaimTimeout),
+		AdmissionTTL:        time.Duration(s.AdmissionTTL),
 	}
 	if err := c.Validate(); err != nil {
 		return session.GateConfig{}, fmt.Errorf("settings of gate %q: %w", gate, err)

@@ -1,0 +1,49 @@
+package gate_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/gatetest"
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// TestBackendRejoinLeavesClaimToLink: a backend's named re-join of a
+// promoted, called-back session answers it active but leaves its slot
+// unclaimed (claimDeadline still set); the claim link then claims it, once.
+func TestBackendRejoinLeavesClaimToLink(t *testing.T) {
+	sc := notifySidecar(t)
+	ctx := context.Background()
+	for _, id := range []string{"in", "b"} {
+		_, err := sc.Waitlist.Join(ctx, "default", id)
+		require.NoError(t, err)
+	}
+	_, err := sc.Waitlist.SetNotify(ctx, "default", "b", true)
+	require.NoError(t, err)
+	require.NoError(t, sc.Waitlist.Release(ctx, "default", "in"))
+
+	status, body, _ := send(t, http.DefaultClient, "POST", sc.URL+gatetest.BasePath+"/api/join", `{"sessionId":"b"}`, "X-Anteroom-Key", notifyKey, "Content-Type", "application/json")
+	require.Equal(t, http.StatusOK, status, body)
+	var v session.SessionView
+	require.NoError(t, json.Unmarshal([]byte(body), &v))
+	assert.Equal(t, session.StatusActive, v.Status)
+	assert.NotNil(t, v.ClaimDeadline, "the re-join did not claim the slot")
+	s, err := sc.Store.Get(ctx, "default", "b")
+	require.NoError(t, err)
+	require.False(t, s.ClaimDeadline.IsZero(), "nor in the store")
+
+	u, err := gate.BuildClaimURL(sc.Signer, sc.URL, gatetest.BasePath, "default", "b", time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	status, body, _ = send(t, noRedirects, "GET", u, "")
+	assert.Equal(t, http.StatusSeeOther, status, body)
+	status, body, _ = send(t, noRedirects, "GET", u, "")
+	assert.Equal(t, http.StatusConflict, status, "the link claims once")
+	assert.Contains(t, body, "already_claimed")
+}

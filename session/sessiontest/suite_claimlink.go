@@ -1,0 +1,188 @@
+package sessiontest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// testClaimLinkOnce checks the store's claim of a claim link: of many
+// claims of one promoted slot racing, exactly one succeeds and one claim is
+// recorded; a claim of a waiter, an absent session, a claimed slot, a slot
+// past its deadline or a direct admission is ErrNotActive and changes
+// nothing.
+func testClaimLinkOnce(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := notifyConfig(1)
+	h.join(cfg, "a")
+	h.join(cfg, "b")
+	h.join(cfg, "c")
+	h.setNotify(cfg, "b", true)
+
+	notActive := func(id string, msg string) {
+		t.Helper()
+		mark := h.mark()
+		_, err := h.store.ClaimLink(h.ctx, gateName, id, h.clock.Now())
+		assert.ErrorIs(t, err, session.ErrNotActive, msg)
+		assert.Empty(t, h.eventsSince(mark), "%s: nothing changed", msg)
+	}
+	notActive("a", "a direct admission has no slot to claim")
+	notActive("b", "a waiter has no slot to claim")
+	notActive("nobody", "an absent session")
+	_, err := h.store.ClaimLink(h.ctx, gateName, "bad id!", h.clock.Now())
+	assert.ErrorIs(t, err, session.ErrInvalidArgument)
+
+	h.clock.Advance(time.Second)
+	h.release(cfg, "a")
+	b := h.mustGet(gateName, "b")
+	require.Equal(t, session.StatusActive, b.Status)
+	require.False(t, b.ClaimDeadline.IsZero())
+
+	mark := h.mark()
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = h.store.ClaimLink(h.ctx, gateName, "b", h.clock.Now())
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		if err == nil {
+			won++
+			continue
+		}
+		assert.ErrorIs(t, err, session.ErrNotActive)
+	}
+	assert.Equal(t, 1, won, "exactly one claim of the link succeeds")
+	claims := 0
+	for _, ev := range h.eventsSince(mark) {
+		if ev.Claimed {
+			claims++
+		}
+	}
+	assert.Equal(t, 1, claims, "one claim recorded")
+	assert.True(t, h.mustGet(gateName, "b").ClaimDeadline.IsZero(), "claimed")
+	notActive("b", "a claimed slot cannot be claimed again")
+
+	// A promotion whose deadline passed (not yet purged) cannot be claimed.
+	h.setNotify(cfg, "c", true)
+	h.clock.Advance(time.Second)
+	h.release(cfg, "b")
+	c := h.mustGet(gateName, "c")
+	require.False(t, c.ClaimDeadline.IsZero())
+	h.clock.Set(c.ClaimDeadline)
+	notActive("c", "at its deadline the slot is gone")
+}
+
+// testJoinLeavesLinkClaim checks that a join naming a promoted, called-back
+// session (a backend's re-join) is a sign of life that leaves its slot to
+// the claim link, while a join of any other promoted session claims it
+// (one Claimed event, the claimed history note).
+func testJoinLeavesLinkClaim(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := notifyConfig(1)
+	h.join(cfg, "a")
+	h.join(cfg, "b")
+	h.join(cfg, "c")
+	h.setNotify(cfg, "b", true)
+	h.clock.Advance(time.Second)
+	h.release(cfg, "a")
+	b := h.mustGet(gateName, "b")
+	require.False(t, b.ClaimDeadline.IsZero(), "promoted, unclaimed")
+
+	claims := func(mark int) int {
+		n := 0
+		for _, ev := range h.eventsSince(mark) {
+			if ev.Claimed {
+				n++
+			}
+		}
+		return n
+	}
+	h.clock.Advance(time.Second)
+	mark := h.mark()
+	again := h.join(cfg, "b")
+	assertTime(t, b.ClaimDeadline, again.ClaimDeadline, "the re-join left the slot unclaimed")
+	assertTime(t, h.clock.Now(), again.LastActive, "and is a sign of life")
+	assert.Zero(t, claims(mark), "no claim reported")
+	assertTime(t, b.ClaimDeadline, h.mustGet(gateName, "b").ClaimDeadline, "as stored")
+	_, err := h.store.ClaimLink(h.ctx, gateName, "b", h.clock.Now())
+	require.NoError(t, err, "the link still claims it")
+
+	// c is not called back: its re-join claims.
+	h.release(cfg, "b")
+	c := h.mustGet(gateName, "c")
+	require.False(t, c.ClaimDeadline.IsZero())
+	mark = h.mark()
+	assert.True(t, h.join(cfg, "c").ClaimDeadline.IsZero(), "claimed by the join")
+	assert.Equal(t, 1, claims(mark), "one claim reported")
+}
+
+// testClaimOutputsOnce checks that every way of claiming a promoted slot
+// (a join, a touch, a claim link) writes exactly one claimed webhook row
+// and one claimed history record for it, and nothing else claims.
+func testClaimOutputsOnce(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	os, ok := h.store.(session.OutboxStore)
+	if !ok {
+		t.Skip("the store does not implement session.OutboxStore")
+	}
+	r, err := session.NewOutboxRouting([]session.OutboxTarget{{Name: "claims", Events: []string{session.WebhookClaimed}}})
+	require.NoError(t, err)
+	os.SetOutbox(r)
+	cfg := notifyConfig(1)
+	h.join(cfg, "a")
+	for _, id := range []string{"byJoin", "byTouch", "byLink"} {
+		h.join(cfg, id)
+	}
+	h.setNotify(cfg, "byLink", true)
+	claim := map[string]func(){
+		"byJoin": func() { h.join(cfg, "byJoin") },
+		"byTouch": func() {
+			require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: "byTouch", LastActive: h.clock.Now(), Claim: true}}))
+		},
+		"byLink": func() {
+			_, err := h.store.ClaimLink(h.ctx, gateName, "byLink", h.clock.Now())
+			require.NoError(t, err)
+		},
+	}
+	prev := "a"
+	for _, id := range []string{"byJoin", "byTouch", "byLink"} {
+		h.clock.Advance(time.Second)
+		h.release(cfg, prev)
+		require.False(t, h.mustGet(gateName, id).ClaimDeadline.IsZero(), "%s promoted, unclaimed", id)
+		h.clock.Advance(time.Second)
+		claim[id]()
+		// Later signs of life claim nothing more.
+		h.clock.Advance(time.Second)
+		h.join(cfg, id)
+		require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: id, LastActive: h.clock.Now(), Claim: true}}))
+		prev = id
+	}
+	rows, err := os.ClaimOutbox(h.ctx, h.clock.Now(), time.Minute, 100)
+	require.NoError(t, err)
+	webhooks := map[string]int{}
+	for _, m := range rows {
+		require.Equal(t, session.WebhookClaimed, m.Event)
+		webhooks[outboxData(t, m).Session]++
+	}
+	records := map[string]int{}
+	for _, rec := range h.history(session.HistoryQuery{Gate: gateName, Limit: 100}) {
+		if rec.Kind == session.HistoryClaimed {
+			records[rec.Session]++
+		}
+	}
+	want := map[string]int{"byJoin": 1, "byTouch": 1, "byLink": 1}
+	assert.Equal(t, want, webhooks, "one claimed webhook per claim")
+	assert.Equal(t, want, records, "one claimed history record per claim")
+}

@@ -1,0 +1,50 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// The statements of a gate's removal (rare: not kept prepared). The events
+// are the meta rows in eventRange; the settings row is settingsPrefix+gate.
+const (
+	sqlDeleteGateEvents = `DELETE FROM meta WHERE key >= ? AND key < ?`
+	sqlDeleteGateCodes  = `DELETE FROM priority_codes WHERE gate = ?`
+)
+
+var _ session.GateRemover = (*Store)(nil)
+
+// RemoveGate deletes gate cfg.Name's runtime settings, scheduled events and
+// priority codes in one writer transaction, when session.CheckRemoveGate
+// allows it with the gate's counters and events as stored. Sessions stay.
+//
+// Errors: a session.CodeGateInUse or session.CodePrequeueOpen error
+// (nothing deleted); session.ErrInvalidArgument for a malformed gate name;
+// session.ErrUnavailable after Close; the context's error when it is done
+// before the removal ran; a session.CodeInternal error on storage failure.
+func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time.Time) error {
+	gate := cfg.Name
+	return s.eventOp(ctx, gate, func(_ *batch, e *gateEntry) error {
+		evs, err := s.eventsOf(gate)
+		if err != nil {
+			return err
+		}
+		if err := session.CheckRemoveGate(cfg, e.c, evs, now); err != nil {
+			return err
+		}
+		lo, hi := eventRange(gate)
+		if _, err := s.wc.adhocExec(sqlDeleteGateEvents, lo, hi); err != nil {
+			return fmt.Errorf("delete events of gate %q: %w", gate, err)
+		}
+		if _, err := s.wc.adhocExec(sqlDeleteGateCodes, gate); err != nil {
+			return fmt.Errorf("delete codes of gate %q: %w", gate, err)
+		}
+		if _, err := s.wc.exec(s.wc.deleteMeta, settingsPrefix+gate); err != nil {
+			return fmt.Errorf("delete settings of gate %q: %w", gate, err)
+		}
+		return nil
+	})
+}
