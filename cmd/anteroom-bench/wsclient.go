@@ -28,6 +28,12 @@ func dialWS(ctx context.Context, addr, path string, local net.Addr) (*wsClient, 
 	if err != nil {
 		return nil, err
 	}
+	// Stamps from the start: the kernel stamps only what arrives after.
+	if sc, ok := c.(syscall.Conn); ok && rawRecvSupported {
+		if rc, err := sc.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { enableStamps(fd) })
+		}
+	}
 	ws := &wsClient{c: c, br: bufio.NewReaderSize(c, 1024)}
 	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr +
 		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
@@ -159,7 +165,6 @@ func (ws *wsClient) readLoop(fn func(p []byte, kernelNs, readNs int64)) error {
 			fn(p, 0, now)
 		}
 	}
-	_ = rc.Control(func(fd uintptr) { enableStamps(fd) })
 	// What the handshake's reader took beyond the 101 comes first.
 	buf := make([]byte, ws.br.Buffered(), max(1024, 2*ws.br.Buffered()))
 	_, _ = io.ReadFull(ws.br, buf)

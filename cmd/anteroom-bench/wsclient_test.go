@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,4 +206,31 @@ func TestReadLoopRefusesAHugeFrame(t *testing.T) {
 		t.Fatal("readLoop kept waiting")
 	}
 	assert.Empty(t, msgs())
+}
+
+// A message that arrived before the reader started still has its kernel
+// stamp (stamping is turned on at the dial), earlier than the read.
+func TestReadLoopStampsWhatArrivedBeforeItStarted(t *testing.T) {
+	if !rawRecvSupported {
+		t.Skip("no reception stamps on this platform")
+	}
+	var sentAt atomic.Int64
+	addr := wsPeer(t, func(c net.Conn, br *bufio.Reader) {
+		time.Sleep(50 * time.Millisecond) // after the client's handshake reader is done
+		sentAt.Store(time.Now().UnixNano())
+		_, _ = c.Write(wsframe.Append(nil, wsframe.OpText, []byte("queued")))
+		time.Sleep(2 * time.Second)
+	})
+	ws, err := dialWS(context.Background(), addr, "/", nil)
+	require.NoError(t, err)
+	defer ws.Close()
+	time.Sleep(200 * time.Millisecond)
+	started := time.Now().UnixNano()
+	msgs, _ := collect(t, ws)
+	require.Eventually(t, func() bool { return len(msgs()) == 1 }, 5*time.Second, time.Millisecond)
+	m := msgs()[0]
+	assert.Equal(t, "queued", m.p)
+	assert.GreaterOrEqual(t, m.kernel, sentAt.Load())
+	assert.Less(t, m.kernel, started, "stamped on arrival, not at the read")
+	assert.GreaterOrEqual(t, m.read, started)
 }
