@@ -74,28 +74,28 @@ func (f *fanSockets) open(ctx context.Context, addr string, signer *token.Signer
 }
 
 // read counts socket i's first global message and stamps the reception of
-// the armed mark, until the socket ends.
+// the armed mark (when this process read it, and when the kernel received
+// it where the platform says), until the socket ends.
 func (f *fanSockets) read(i int, ws *wsClient) {
 	first := true
-	for {
-		p, err := ws.next()
-		if err != nil {
-			f.closed.Add(1)
-			return
-		}
+	_ = ws.readLoop(func(p []byte, kernel, read int64) {
 		if !bytes.HasPrefix(p, globalPrefix) {
-			continue
+			return
 		}
 		if first {
 			first = false
 			f.initial.Add(1)
 		}
-		if m := f.current.Load(); m != nil && bytes.Contains(p, m.data) && m.recv[i].CompareAndSwap(0, time.Now().UnixNano()) {
+		if m := f.current.Load(); m != nil && bytes.Contains(p, m.data) && m.recv[i].CompareAndSwap(0, read) {
+			if m.kern != nil {
+				m.kern[i].Store(kernel)
+			}
 			if m.got.Add(1) == m.n {
 				close(m.done)
 			}
 		}
-	}
+	})
+	f.closed.Add(1)
 }
 
 // waitInitial waits until every socket got its first global message.

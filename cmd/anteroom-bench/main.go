@@ -154,7 +154,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if wc.run {
-		wc.secretHex, wc.ips = *serveSecret, c.fanoutIPs
+		wc.secretHex, wc.ips, wc.cpuProfile = *serveSecret, c.fanoutIPs, c.cpuProfile
 		if err := wsWorker(wc, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(stderr, "anteroom-bench -ws-worker:", err)
 			return 1

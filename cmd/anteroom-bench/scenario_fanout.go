@@ -25,6 +25,7 @@ import (
 type fanMark struct {
 	data []byte
 	recv []atomic.Int64 // unix ns, 0 until received
+	kern []atomic.Int64 // when nil, not kept: the kernel's reception stamps of recv (0: none)
 	got  atomic.Int64
 	n    int64
 	done chan struct{}

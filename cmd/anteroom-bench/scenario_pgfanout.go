@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,7 +85,7 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 	werrs := make(chan error, n)
 	for k, a := range addrs {
 		go func() {
-			c, _, err := b.startChild(ctx, []string{"-ws-worker", "-ws-addr", a, "-ws-n", strconv.Itoa(per),
+			c, _, err := b.startChild(ctx, []string{"-ws-worker", "-cpuprofile", workerProfile(b.cfg.cpuProfile, k), "-ws-addr", a, "-ws-n", strconv.Itoa(per),
 				"-ws-prefix", "i" + strconv.Itoa(k) + "-", "-serve-secret", secret, "-fanout-ips", strconv.Itoa(b.cfg.fanoutIPs)})
 			workers[k] = c
 			werrs <- err
@@ -115,7 +116,9 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 	}
 	defer joiner.Close()
 	joinReq := fmt.Appendf(nil, "POST %s/api/join HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n\r\n", basePath, addrs[0])
-	var lasts, medians, joinMs []float64
+	var lasts, medians, readLasts, joinMs []float64
+	var cpuNotes []string
+	arrivalNote := "arrival: the kernel's reception stamp of each client socket (SO_TIMESTAMPNS)"
 	loads := []string{load1()}
 	for rep := range b.cfg.fanoutRepeat {
 		sleepCtx(ctx, 2*b.cfg.interval)
@@ -137,6 +140,7 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 				return nil, fmt.Errorf("worker: %q %v", l, err)
 			}
 		}
+		srvCPU0 := procCPUs(kids)
 		start := time.Now()
 		status, body, err := joiner.do(joinReq)
 		if err != nil {
@@ -146,7 +150,11 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 		if status != 200 {
 			return nil, fmt.Errorf("join: status %d: %.200s", status, body)
 		}
-		var last, median float64
+		ms := func(ns int64) float64 { return float64(ns-start.UnixNano()) / 1e6 }
+		var last, median, klast, kmedian float64
+		var clientCPU time.Duration
+		stamped := true
+		var per []string
 		for k, w := range workers {
 			l, err := w.line(90 * time.Second)
 			if err != nil {
@@ -159,16 +167,33 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 			if f[3] != "0" {
 				return nil, fmt.Errorf("instance %d: %s sockets closed", k+1, f[3])
 			}
-			ln, _ := strconv.ParseInt(f[1], 10, 64)
-			md, _ := strconv.ParseInt(f[2], 10, 64)
-			last = max(last, float64(ln-start.UnixNano())/1e6)
-			median = max(median, float64(md-start.UnixNano())/1e6)
+			v := make([]int64, 8)
+			for i := 1; i < len(f) && i < len(v); i++ {
+				v[i], _ = strconv.ParseInt(f[i], 10, 64)
+			}
+			last = max(last, ms(v[1]))
+			median = max(median, ms(v[2]))
+			if v[4] == 0 {
+				stamped = false
+			}
+			klast = max(klast, ms(v[4]))
+			kmedian = max(kmedian, ms(v[5]))
+			clientCPU += time.Duration(v[7]) * time.Microsecond
+			per = append(per, fmt.Sprintf("#%d first/median/last %.0f/%.0f/%.0f ms (read %.0f/%.0f)", k+1, ms(v[6]), ms(v[5]), ms(v[4]), ms(v[2]), ms(v[1])))
 		}
-		lasts = append(lasts, last)
-		medians = append(medians, median)
+		srvCPU := procCPUs(kids) - srvCPU0
+		if !stamped {
+			klast, kmedian = last, median
+			arrivalNote = "no kernel stamps here: the times are the clients' reads"
+		}
+		lasts = append(lasts, klast)
+		medians = append(medians, kmedian)
+		readLasts = append(readLasts, last)
 		joinMs = append(joinMs, float64(joinDone.Microseconds())/1000)
+		cpuNotes = append(cpuNotes, fmt.Sprintf("%.0f/%.0f", srvCPU.Seconds()*1000, clientCPU.Seconds()*1000))
 		loads = append(loads, load1())
-		b.debugf("pg-fanout %d: join answered in %s, worst instance median %.1f ms, last %.1f ms", rep+1, joinDone, median, last)
+		b.debugf("pg-fanout %d: join answered in %s; arrival (kernel stamp) worst median %.1f ms, last %.1f ms; read by the clients: worst median %.1f ms, last %.1f ms; CPU ms servers %.0f, clients %.0f; %s",
+			rep+1, joinDone, kmedian, klast, median, last, srvCPU.Seconds()*1000, clientCPU.Seconds()*1000, strings.Join(per, ", "))
 	}
 
 	// (2) Joins through the first instance, timed to a socket on the last.
@@ -177,6 +202,12 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 		return nil, err
 	}
 	loads = append(loads, load1())
+	// Whether the delay settles or keeps growing while the joins keep
+	// coming: the p99 of the first and of the second half of the joins.
+	half := len(lat) / 2
+	h1, h2 := slices.Clone(lat[:half]), slices.Clone(lat[half:])
+	slices.Sort(h1)
+	slices.Sort(h2)
 	slices.Sort(lat)
 	p50, p99 := lat[len(lat)/2], pct99(lat)
 	want := float64(b.cfg.interval.Milliseconds() + 100)
@@ -189,8 +220,8 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 		}
 		st = append(st, r)
 	}
-	notes = append(notes, fmt.Sprintf("%d instances x %d sockets, one client process each, over %d source IPs; %d changes: last socket ms %s, worst instance's median ms %s, join answered ms %s; load average %s",
-		n, per, b.cfg.fanoutIPs, len(lasts), fmtList(lasts), fmtList(medians), fmtList(joinMs), joinList(loads)))
+	notes = append(notes, fmt.Sprintf("%d instances x %d sockets, one client process each, over %d source IPs; %d changes: last socket ms %s, worst instance's median ms %s (%s), last read by the client processes ms %s, join answered ms %s, CPU ms per change servers/clients %s; load average %s",
+		n, per, b.cfg.fanoutIPs, len(lasts), fmtList(lasts), fmtList(medians), arrivalNote, fmtList(readLasts), fmtList(joinMs), strings.Join(cpuNotes, " "), joinList(loads)))
 	return []Result{
 		{Metric: fmt.Sprintf("change through one instance -> last of %s sockets on %d instances", groupDigits(int64(total)), n), Unit: unitMs, Value: slices.Max(lasts),
 			Check: checkValueMax, Want: 300, Target: "<= 300 ms", Note: joinNotes(notes)},
@@ -200,13 +231,18 @@ func (b *bench) pgFanout(ctx context.Context) ([]Result, error) {
 				len(lat0), b.cfg.pg.sampleRate, lat0[len(lat0)/2], lat0[len(lat0)-1])},
 		{Metric: "join through the first instance -> a websocket on the last, p99, all sockets open", Unit: unitMs, Value: p99,
 			Check: checkValueMax, Want: want, Target: fmt.Sprintf("<= %d ms (broadcast_interval + 100 ms)", int(want)),
-			Note: fmt.Sprintf("%d joins at %d/s while the %d sockets are open; p50 %.1f ms, max %.1f ms; remote commits applied per instance %v",
-				len(lat), b.cfg.pg.sampleRate, total, p50, lat[len(lat)-1], remoteCounts(st))},
+			Note: fmt.Sprintf("%d joins at %d/s while the %d sockets are open; p50 %.1f ms, max %.1f ms; p99 of the first and second half of the joins %.1f and %.1f ms; remote commits applied per instance %v",
+				len(lat), b.cfg.pg.sampleRate, total, p50, lat[len(lat)-1], pct99(h1), pct99(h2), remoteCounts(st))},
 	}, nil
 }
 
-// pct99 is the 99th percentile of sorted v.
-func pct99(v []float64) float64 { return v[min(len(v)-1, len(v)*99/100)] }
+// pct99 is the 99th percentile of sorted v (0 when v is empty).
+func pct99(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return v[min(len(v)-1, len(v)*99/100)]
+}
 
 func remoteCounts(st []storeReport) []int64 {
 	var out []int64
@@ -257,32 +293,28 @@ func (b *bench) crossLatency(ctx context.Context, from, to string) ([]float64, e
 	var obs []seen
 	key := []byte(`"lastWaitingPosition":`)
 	go func() {
-		for {
-			p, err := ws.next()
-			if err != nil {
-				return
-			}
-			at := time.Now().UnixNano()
+		_ = ws.readLoop(func(p []byte, kernel, read int64) {
+			at := cmp.Or(kernel, read) // the kernel's reception where it says
 			if !bytes.HasPrefix(p, globalPrefix) {
-				continue
+				return
 			}
 			i := bytes.Index(p, key)
 			if i < 0 {
-				continue
+				return
 			}
 			rest := p[i+len(key):]
 			j := bytes.IndexAny(rest, ",}")
 			if j < 0 {
-				continue
+				return
 			}
 			v, err := strconv.ParseInt(string(rest[:j]), 10, 64)
 			if err != nil {
-				continue
+				return
 			}
 			mu.Lock()
 			obs = append(obs, seen{at, v})
 			mu.Unlock()
-		}
+		})
 	}()
 	// Open loop: each join is sent at its time on a free connection of a
 	// pool, whatever the previous ones take.
@@ -355,4 +387,39 @@ func (b *bench) crossLatency(ctx context.Context, from, to string) ([]float64, e
 		lat = append(lat, float64(obs[k].at-j.at)/1e6)
 	}
 	return lat, nil
+}
+
+// workerProfile is where the k-th client process writes its CPU profile
+// ("" for none).
+func workerProfile(base string, k int) string {
+	if base == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s.worker%d", base, k)
+}
+
+// procCPUs is the CPU time the children have used so far (user and
+// system, from /proc; 0 where there is none).
+func procCPUs(kids []*child) time.Duration {
+	var sum time.Duration
+	for _, c := range kids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')') // the command may hold spaces
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 13 {
+			continue
+		}
+		// utime and stime, fields 14 and 15, in clock ticks (USER_HZ, 100 on Linux).
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		sum += time.Duration(u+st) * 10 * time.Millisecond
+	}
+	return sum
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -20,12 +22,13 @@ import (
 // instance's share of pg-fanout's sockets (each process may hold 20,000
 // files here).
 type wsWorkerConfig struct {
-	run       bool
-	addr      string
-	n         int
-	prefix    string
-	secretHex string
-	ips       int
+	run        bool
+	addr       string
+	n          int
+	prefix     string
+	secretHex  string
+	ips        int
+	cpuProfile string
 }
 
 // wsWorker opens n websockets to addr, each naming the session prefix<i>
@@ -33,13 +36,30 @@ type wsWorkerConfig struct {
 // every socket has its first global message, then obeys its input, a line
 // at a time:
 //
-//	arm <bytes>   answers "armed", then "got <last> <median> <closed>" once
-//	              every socket received a global message containing <bytes>
-//	              (unix ns of the last and the median reception; -1 after 60 s)
+//	arm <bytes>   answers "armed", then "got <last> <median> <closed> <klast>
+//	              <kmedian> <kfirst> <cpu>" once every socket received a
+//	              global message containing <bytes>: unix ns of the last and
+//	              the median read by this process (-1 after 60 s), the
+//	              sockets closed, unix ns of the kernel's reception of the
+//	              last, median and first (0 when the platform gives none),
+//	              and the microseconds of CPU this process used from the arm
 //
 // It stops when its input closes.
 func wsWorker(wc wsWorkerConfig, in io.Reader, out io.Writer) error {
 	raiseFileLimit()
+	if wc.cpuProfile != "" {
+		f, err := os.Create(wc.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	if wc.n <= 0 || wc.addr == "" {
 		return errors.New("-ws-addr and -ws-n are required")
 	}
@@ -73,17 +93,23 @@ func wsWorker(wc wsWorkerConfig, in io.Reader, out io.Writer) error {
 		if cmd != "arm" {
 			return fmt.Errorf("unknown command %q", sc.Text())
 		}
-		m := &fanMark{data: []byte(arg), recv: make([]atomic.Int64, wc.n), n: int64(wc.n), done: make(chan struct{})}
+		m := &fanMark{data: []byte(arg), recv: make([]atomic.Int64, wc.n), kern: make([]atomic.Int64, wc.n), n: int64(wc.n), done: make(chan struct{})}
 		f.current.Store(m)
+		cpu0 := cpuTime()
 		say("armed")
 		select {
 		case <-m.done:
-			lat := make([]int64, wc.n)
+			cpu := cpuTime() - cpu0
+			read, kern := make([]int64, wc.n), make([]int64, wc.n)
 			for i := range m.recv {
-				lat[i] = m.recv[i].Load()
+				read[i], kern[i] = m.recv[i].Load(), m.kern[i].Load()
 			}
-			slices.Sort(lat)
-			say("got %d %d %d", lat[wc.n-1], lat[wc.n/2], f.closed.Load())
+			slices.Sort(read)
+			slices.Sort(kern)
+			if kern[0] == 0 { // some read without a stamp: report none
+				clear(kern)
+			}
+			say("got %d %d %d %d %d %d %d", read[wc.n-1], read[wc.n/2], f.closed.Load(), kern[wc.n-1], kern[wc.n/2], kern[0], cpu.Microseconds())
 		case <-time.After(60 * time.Second):
 			say("got -1 -1 %d (%d of %d)", f.closed.Load(), m.got.Load(), wc.n)
 		}
