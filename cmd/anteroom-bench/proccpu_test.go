@@ -23,9 +23,9 @@ func TestProcCPU(t *testing.T) {
 	_ = x
 	self := os.Getpid()
 	tests := []struct {
-		name   string
-		pids   []int
-		ok     bool
+		name    string
+		pids    []int
+		ok      bool
 		atLeast time.Duration
 	}{
 		{"this process", []int{self}, true, clockTick},
