@@ -102,13 +102,26 @@ func (b *bench) pgJoin(ctx context.Context) ([]Result, error) {
 	}
 	loads := []string{load1()}
 	p := &pairs{}
+	var kidPIDs []int
+	for _, k := range kids {
+		kidPIDs = append(kidPIDs, k.cmd.Process.Pid)
+	}
+	cpu := &cpuSplit{}
 	for r := range b.cfg.rounds {
 		tps, err := runPgbench(ctx, pgbench, db, script, b.cfg.pg.pgbenchClients, secs)
 		if err != nil {
 			return nil, err
 		}
-		rv, err := l.run(ctx, b.cfg.warmup, window, func(w, _ int) []byte { return reqs[w%n] }, joinCheck)
+		server, err := serverPIDs(ctx, conn)
 		if err != nil {
+			return nil, err
+		}
+		var rv measure
+		if err := cpu.measure(kidPIDs, server, func() (int64, error) {
+			j0 := joined.Load()
+			rv, err = l.run(ctx, b.cfg.warmup, window, func(w, _ int) []byte { return reqs[w%n] }, joinCheck)
+			return joined.Load() - j0, err
+		}); err != nil {
 			return nil, err
 		}
 		b.debugf("round %d: pgbench %.0f tps, joins %.0f/s", r+1, tps, rv.rate)
@@ -136,8 +149,8 @@ func (b *bench) pgJoin(ctx context.Context) ([]Result, error) {
 		return nil, fmt.Errorf("counters %d+%d, rows %d", act, wait, rows)
 	}
 	txs := tx1 - tx0
-	note := fmt.Sprintf("%d instances, %d HTTP conns spread over them; %d joins in %d transactions (mean %.1f joins/tx, warmups included), every one a row; baseline: pgbench -M prepared -c %d -j 2, one-row UPDATE per transaction on the same server, %d s windows alternating with the joins' (after a %s warmup); %s; load average %s",
-		n, b.cfg.conns, joined.Load(), txs, float64(joined.Load())/float64(max(txs, 1)), b.cfg.pg.pgbenchClients, secs, b.cfg.warmup, p.spread(), joinList(loads))
+	note := fmt.Sprintf("%d instances, %d HTTP conns spread over them; %d joins in %d transactions (mean %.1f joins/tx, warmups included), every one a row; baseline: pgbench -M prepared -c %d -j 2, one-row UPDATE per transaction on the same server, %d s windows alternating with the joins' (after a %s warmup); %s; %s; load average %s",
+		n, b.cfg.conns, joined.Load(), txs, float64(joined.Load())/float64(max(txs, 1)), b.cfg.pg.pgbenchClients, secs, b.cfg.warmup, p.spread(), cpu, joinList(loads))
 	return []Result{
 		Result{Metric: "durable joins/s over HTTP, " + fmt.Sprint(n) + " instances on one Postgres", Unit: unitPerSec, Value: val,
 			Check: checkRatioMin, Want: 0.5, Target: ">= 0.5 x pgbench tps", Note: note}.withBaseline(base),

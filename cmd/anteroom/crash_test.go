@@ -654,6 +654,27 @@ func crashCheckDB(t *testing.T, w *crashWorld, path, when string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
+	if driver == "pgx" {
+		// The killed server's backends may still run what it had sent
+		// (a batch that ends in COMMIT, a lost release among them): read
+		// only once they have exited, or a commit landing after the read
+		// would resolve a lost release the wrong way.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var others int
+			if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&others); err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			if others == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d backends of the killed server still running after 20s", when, others)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	if driver == "sqlite" {
 		var check string
 		if err := db.QueryRowContext(ctx, "PRAGMA quick_check").Scan(&check); err != nil || check != "ok" {

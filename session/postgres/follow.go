@@ -147,7 +147,7 @@ func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64,
 		s.applied[gate] = r.seq
 		s.remote.Add(1)
 		c := p.commit(gate)
-		c.Remote = !ownLast || r.seq != upTo // another instance's: its metrics counted it
+		c.Remote = (!ownLast || r.seq != upTo) && !s.own.has(gate, r.seq) // another instance's: its metrics counted it
 		c.Settings = s.settingsMap(gate, p.Settings)
 		s.notifyListener(c)
 	}
@@ -217,6 +217,11 @@ func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnap
 		return snap, 0, err
 	}
 	if snap.PriorityWaiting, err = priorityPositions(ctx, tx, gate); err != nil {
+		return snap, 0, err
+	}
+	// The snapshot may show a commit not flushed yet (durable.go): this
+	// transaction's commit flushes past every commit it saw.
+	if err := flushWAL(ctx, tx); err != nil {
 		return snap, 0, err
 	}
 	return snap, seq, tx.Commit(ctx)

@@ -94,6 +94,10 @@ type Options struct {
 	// of the Store (pgx.ConnConfig.Tracer; a pgx.BatchTracer too sees each
 	// batch, one round trip).
 	Tracer pgx.QueryTracer
+	// SynchronousCommit keeps the writer's COMMIT synchronous: the gate's
+	// row stays locked through the WAL flush (durable.go). By default the
+	// writer commits asynchronously and flushes before it answers.
+	SynchronousCommit bool
 }
 
 const (
@@ -156,6 +160,12 @@ type Store struct {
 	txs atomic.Int64
 
 	noHistory bool // Options.DisableHistory
+	// async: the writer commits asynchronously, then flushes (durable.go);
+	// own are its commits not yet delivered; afterCommit, a test's hook,
+	// runs between the two.
+	async       bool
+	own         ownSeqs
+	afterCommit func(*pgx.Conn)
 }
 
 var _ session.Store = (*Store)(nil)
@@ -229,6 +239,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err := s.migrate(ctx); err != nil {
 		s.pool.Close()
 		return nil, err
+	}
+	if err := s.probeAsyncCommit(ctx, opts.SynchronousCommit); err != nil {
+		s.pool.Close()
+		return nil, unavailable("open", err)
 	}
 	// Listen before the first Load, so that no commit after it is missed.
 	lc, err := s.listen(ctx)
@@ -627,6 +641,13 @@ func (s *Store) Get(ctx context.Context, gate, id string) (session.Session, erro
 	}
 	if len(got) == 0 {
 		return session.Session{}, session.Errorf(session.CodeNotFound, "postgres: get: session %q of gate %q not found", id, gate)
+	}
+	if s.async && got[0].Status == session.StatusActive {
+		// Memory did not have it active yet: its promotion may not be
+		// flushed (durable.go).
+		if err := flushWAL(ctx, s.pool); err != nil {
+			return session.Session{}, storageErr("get", err)
+		}
 	}
 	return got[0], nil
 }

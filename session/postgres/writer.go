@@ -183,6 +183,9 @@ type batch struct {
 	// so the bounds of the line after the batch follow from those before
 	// it (bounds.after) and the writes go in the commit's round trip.
 	pipelined bool
+	// notes are the notifications of an asynchronous commit, sent once it
+	// is flushed (durable.go).
+	notes []string
 }
 
 // run is the writer goroutine.
@@ -252,7 +255,11 @@ func (s *Store) runBatch(ops []*op) {
 		return
 	}
 	s.txs.Add(1)
+	if s.async && !s.flushed(ctx, conn.Conn(), b, commit) {
+		return
+	}
 	s.deliverLocal(ctx, conn.Conn(), commit)
+	s.own.remove(commit.seqs)
 	for _, o := range b.ops {
 		close(o.done)
 	}
@@ -745,6 +752,9 @@ func (s *Store) finish(ctx context.Context, b *batch) (session.Commit, map[strin
 		unknown = append(unknown, g)
 	}
 	pb := &pgx.Batch{}
+	if s.async {
+		pb.Queue(sqlAsyncCommit)
+	}
 	if len(unknown) > 0 || !b.pipelined {
 		if err := s.flush(ctx, b); err != nil {
 			return c, nil, err
@@ -795,7 +805,11 @@ func (s *Store) finish(ctx context.Context, b *batch) (session.Commit, map[strin
 				return c, nil, err
 			}
 			pb.Queue(sqlOutbox, name, g.seq, body)
-			pb.Queue(sqlNotify, note)
+			if s.async {
+				b.notes = append(b.notes, note)
+			} else {
+				pb.Queue(sqlNotify, note)
+			}
 		}
 		var paceAt int64
 		if !g.pace.At.IsZero() {

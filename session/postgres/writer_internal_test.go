@@ -26,13 +26,14 @@ type roundTrips struct {
 
 type trip struct {
 	conn *pgx.Conn
-	sql  string // "batch: ..." for a batch
+	sql  string   // "batch: ..." for a batch
+	all  []string // a batch's statements in full
 }
 
-func (r *roundTrips) add(c *pgx.Conn, sql string) {
+func (r *roundTrips) add(c *pgx.Conn, sql string, all ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.trips = append(r.trips, trip{c, sql})
+	r.trips = append(r.trips, trip{c, sql, all})
 }
 
 func (r *roundTrips) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
@@ -41,11 +42,12 @@ func (r *roundTrips) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.Tra
 }
 func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 func (r *roundTrips) TraceBatchStart(ctx context.Context, c *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
-	var sqls []string
+	var sqls, all []string
 	for _, q := range d.Batch.QueuedQueries {
 		sqls = append(sqls, strings.Fields(q.SQL)[0])
+		all = append(all, q.SQL)
 	}
-	r.add(c, "batch: "+strings.Join(sqls, " "))
+	r.add(c, "batch: "+strings.Join(sqls, " "), all...)
 	return ctx
 }
 func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
@@ -77,8 +79,10 @@ func (r *roundTrips) writerTx(t *testing.T) []string {
 
 // A join is three round trips: BEGIN; the gate's lock, the batch's rows
 // and the line's bounds in one batch; the writes, the outbox row, the
-// notification, the counters, the history and COMMIT in another. The row
+// counters, the history and an asynchronous COMMIT in another. The row
 // lock is held for the last two only (it was five round trips and more).
+// A fourth, after the lock, flushes the commit and sends the notification
+// (durable.go) before the join is answered.
 func TestJoinTakesThreeRoundTrips(t *testing.T) {
 	url := pgtest.DB(t)
 	ctx := context.Background()
@@ -98,6 +102,10 @@ func TestJoinTakesThreeRoundTrips(t *testing.T) {
 		assert.Equal(t, want, got.Status)
 		trips := rt.writerTx(t)
 		assert.Len(t, trips, 3, "round trips of join %d: %q", i, trips)
+		commit, flush := rt.commitAndFlush(t)
+		assert.Equal(t, sqlAsyncCommit, commit[0], "join %d", i)
+		assert.NotContains(t, commit, sqlNotify, "join %d: notified before the flush", i)
+		assert.Equal(t, []string{sqlFlushWAL, sqlNotify}, flush, "join %d", i)
 	}
 	rows, err := s.Rows(ctx, "g")
 	require.NoError(t, err)
