@@ -64,6 +64,12 @@ const DefaultUpdateChunk = 256
 // (Store.Update).
 const UpdateChunkGrowth = 8
 
+// UpdateYieldRows is how many more rows an update's transaction may touch
+// once another operation waits for the Store's writer (Store.Update): a
+// join queued behind an update waits for a few dozen row changes and a
+// commit, not for a whole chunk of scattered deletions.
+const UpdateYieldRows = 32
+
 const (
 	defaultTouchInterval = 5 * time.Second
 	defaultSweepInterval = 250 * time.Millisecond
