@@ -6,6 +6,10 @@ import (
 	"github.com/anteroomhq/anteroom/session"
 )
 
+// testHookUpdateStep, set only by this package's tests, runs after each step
+// of an update's transaction.
+var testHookUpdateStep func()
+
 // applyUpdate runs one transaction's worth of an Update: at most chunk rows,
 // the phases in order (purge stale waiters, purge stale active sessions,
 // promote), continuing where the previous transaction stopped. It goes in
@@ -31,11 +35,39 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 			return err
 		}
 		budget -= did
+		if testHookUpdateStep != nil {
+			testHookUpdateStep()
+		}
 		if s.othersWait(b) {
 			return nil // the next transaction goes on from here
 		}
 	}
 	return nil
+}
+
+// takeQueued moves the ops queued for the writer into the batch being run
+// (up to Options.MaxBatch ops in all), after an update's op: those that
+// queued during its steps, which it yielded to, run in its transaction and
+// share its commit instead of waiting for another. An op whose context is
+// done is answered and left out, as runBatch does.
+func (s *Store) takeQueued(b *batch) {
+	for len(b.live) < s.maxBatch {
+		select {
+		case o, ok := <-s.ops:
+			if !ok {
+				return // closing: the writer's loop ends after this batch
+			}
+			s.stats.ops.Add(1)
+			if err := o.ctx.Err(); err != nil {
+				o.err = err // skipped: it never ran
+				answer(o)
+				continue
+			}
+			b.live = append(b.live, o)
+		default:
+			return
+		}
+	}
 }
 
 // othersWait reports whether another operation waits for the writer: queued

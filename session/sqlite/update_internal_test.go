@@ -107,3 +107,66 @@ func TestUpdateYieldsToAWaitingOp(t *testing.T) {
 		})
 	}
 }
+
+// A join queued while an update's transaction runs ends that transaction
+// after the step and runs in it: it shares the update's commit instead of
+// waiting for it and then for a commit of its own.
+func TestUpdateTakesAJoinQueuedDuringItsStep(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer s.Close()
+	cfg := sessiontest.GateConfig("default", 10)
+	ctx := context.Background()
+	for i := range 100 {
+		_, err := s.Join(ctx, cfg, "a"+strconv.Itoa(i), epoch)
+		require.NoError(t, err)
+	}
+	type commit struct {
+		purged int
+		late   bool
+	}
+	var mu sync.Mutex
+	var commits []commit
+	s.SetCommitListener(func(c session.Commit) {
+		mu.Lock()
+		defer mu.Unlock()
+		var cm commit
+		for _, e := range c.Events {
+			switch {
+			case e.Kind == session.EventDeactivated || e.Kind == session.EventDequeued:
+				cm.purged++
+			case e.Session.ID == "late" && e.Kind == session.EventQueued:
+				cm.late = true
+			}
+		}
+		commits = append(commits, cm)
+	})
+	now := epoch.Add(max(cfg.ActiveTimeout, cfg.WaitingTimeout) + time.Second)
+	joined := make(chan error, 1)
+	var once sync.Once
+	defer func() { testHookUpdateStep = nil }()
+	testHookUpdateStep = func() {
+		once.Do(func() {
+			go func() {
+				_, err := s.Join(ctx, cfg, "late", now)
+				joined <- err
+			}()
+			require.Eventually(t, func() bool { return len(s.ops) == 1 }, 5*time.Second, time.Millisecond)
+		})
+	}
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.NoError(t, <-joined)
+	assert.EqualValues(t, 90, rep.PurgedWaiting)
+	assert.EqualValues(t, 10, rep.PurgedActive)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, commits)
+	assert.True(t, commits[0].late, "the join is not in the update's first transaction: %+v", commits)
+	assert.Equal(t, session.UpdateYieldRows, commits[0].purged, "the first transaction is one step")
+	total := 0
+	for _, c := range commits {
+		total += c.purged
+	}
+	assert.Equal(t, 100, total)
+}
