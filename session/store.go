@@ -67,8 +67,8 @@ type Store interface {
 	// UpdateChunkGrowth × chunk rows while no other operation waits for its
 	// writer (fewer, larger transactions when nobody is held by them); it
 	// comes back to chunk as soon as one does. A Store whose writer runs
-	// one transaction at a time may also end a transaction early, after
-	// UpdateYieldRows more rows, once another operation waits for it.
+	// one transaction at a time may also end a transaction early once
+	// another operation waits for it (UpdateYieldRows, UpdateYieldAfter).
 	Update(ctx context.Context, cfg GateConfig, now time.Time, chunk int) (UpdateReport, error)
 
 	// Close flushes and closes the Store. Calls after it return ErrUnavailable.

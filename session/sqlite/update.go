@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -10,12 +11,16 @@ import (
 // of an update's transaction.
 var testHookUpdateStep func()
 
+// updateYieldAfter is session.UpdateYieldAfter; a variable for the tests.
+var updateYieldAfter = session.UpdateYieldAfter
+
 // applyUpdate runs one transaction's worth of an Update: at most chunk rows,
 // the phases in order (purge stale waiters, purge stale active sessions,
 // promote), continuing where the previous transaction stopped. It goes in
-// steps of at most session.UpdateYieldRows rows and ends the transaction
-// after the step during which another operation waits for the writer (queued,
-// or in this batch): a join queued behind an update waits for one step and a
+// steps of at most session.UpdateYieldRows rows and, while another operation
+// waits for the writer (queued, or in this batch), ends the transaction
+// after the first step that ends session.UpdateYieldAfter or more after it
+// began: a join queued behind an update waits for a few milliseconds and a
 // commit, not for the whole chunk.
 func (s *Store) applyUpdate(b *batch, o *op) error {
 	// Work on a copy of the input: a transaction that fails is run again
@@ -28,6 +33,7 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 	}
 	defer func() { o.upd = step }()
 	budget := int64(st.chunk)
+	began := time.Now()
 	for budget > 0 && !st.finished {
 		n := min(budget, session.UpdateYieldRows)
 		did, err := s.updateStep(b, e, o, st, n)
@@ -38,7 +44,7 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		if testHookUpdateStep != nil {
 			testHookUpdateStep()
 		}
-		if s.othersWait(b) {
+		if s.othersWait(b) && time.Since(began) >= updateYieldAfter {
 			return nil // the next transaction goes on from here
 		}
 	}

@@ -21,15 +21,22 @@ import (
 // queued behind it (a batch of one op) or in its batch: a join waits for a
 // few dozen rows, not for the chunk.
 func TestUpdateYieldsToAWaitingOp(t *testing.T) {
+	defer func(d time.Duration) { updateYieldAfter = d }(updateYieldAfter)
 	cases := []struct {
 		name     string
 		maxBatch int
+		after    time.Duration // updateYieldAfter
+		wantHeld int           // rows committed before the join, at most
 	}{
-		{"the join is queued behind the update", 1},
-		{"the join is in the update's batch", 0},
+		{"the join is queued behind the update", 1, 0, session.UpdateYieldRows},
+		{"the join is in the update's batch", 0, 0, session.UpdateYieldRows},
+		// Not before the transaction ran session.UpdateYieldAfter: here
+		// never, and the join waits for the chunk.
+		{"the transaction is too young to yield", 0, time.Hour, session.DefaultUpdateChunk},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			updateYieldAfter = tc.after
 			s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler), MaxBatch: tc.maxBatch})
 			require.NoError(t, err)
 			defer s.Close()
@@ -102,8 +109,11 @@ func TestUpdateYieldsToAWaitingOp(t *testing.T) {
 				}
 				total += n
 			}
-			assert.LessOrEqual(t, held, session.UpdateYieldRows, "a waiting join was held by more than one step of the update: %v (joined in commit %d)", purgedPerCommit, joinedIn)
+			assert.LessOrEqual(t, held, tc.wantHeld, "a waiting join was held by more than one step of the update: %v (joined in commit %d)", purgedPerCommit, joinedIn)
 			assert.Equal(t, 300, total)
+			if tc.after > 0 {
+				assert.Equal(t, tc.wantHeld, held, "the update yielded before it ran updateYieldAfter")
+			}
 		})
 	}
 }
@@ -112,6 +122,8 @@ func TestUpdateYieldsToAWaitingOp(t *testing.T) {
 // after the step and runs in it: it shares the update's commit instead of
 // waiting for it and then for a commit of its own.
 func TestUpdateTakesAJoinQueuedDuringItsStep(t *testing.T) {
+	defer func(d time.Duration) { updateYieldAfter = d }(updateYieldAfter)
+	updateYieldAfter = 0
 	s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer s.Close()
