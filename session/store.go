@@ -66,7 +66,9 @@ type Store interface {
 	// DefaultUpdateChunk. A Store may let a transaction grow to at most
 	// UpdateChunkGrowth × chunk rows while no other operation waits for its
 	// writer (fewer, larger transactions when nobody is held by them); it
-	// comes back to chunk as soon as one does.
+	// comes back to chunk as soon as one does. A Store whose writer runs
+	// one transaction at a time may also end a transaction early once
+	// another operation waits for it (UpdateYieldRows, UpdateYieldAfter).
 	Update(ctx context.Context, cfg GateConfig, now time.Time, chunk int) (UpdateReport, error)
 
 	// Close flushes and closes the Store. Calls after it return ErrUnavailable.

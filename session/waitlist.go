@@ -64,6 +64,19 @@ const DefaultUpdateChunk = 256
 // (Store.Update).
 const UpdateChunkGrowth = 8
 
+// UpdateYieldRows and UpdateYieldAfter bound how long an update's
+// transaction holds another operation that waits for the Store's writer
+// (Store.Update): once one waits, the transaction ends at the first step of
+// at most UpdateYieldRows rows that ends UpdateYieldAfter or more after the
+// transaction began. A join queued behind an update waits for a few
+// milliseconds and a commit, not for a whole chunk of scattered deletions,
+// and an update under a steady flow of joins still commits a few hundred
+// rows at a time on a quick machine, not one step at a time.
+const (
+	UpdateYieldRows  = 32
+	UpdateYieldAfter = 2 * time.Millisecond
+)
+
 const (
 	defaultTouchInterval = 5 * time.Second
 	defaultSweepInterval = 250 * time.Millisecond

@@ -307,5 +307,8 @@ func TestBulkSeedAndScaleScenarios(t *testing.T) {
 		for _, r := range res {
 			assert.Positive(t, r.Value, "%s: %s", name, r.Metric)
 		}
+		if name == "update" {
+			assert.Contains(t, res[0].Note, "µs per row changed", "the update's cost per row is in its note")
+		}
 	}
 }

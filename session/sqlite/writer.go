@@ -282,7 +282,8 @@ func (s *Store) attempt(b *batch) (map[string]session.GateState, error) {
 	if _, err := s.wc.exec(s.wc.begin); err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
-	for _, o := range b.live {
+	for i := 0; i < len(b.live); i++ {
+		o := b.live[i]
 		o.err = nil
 		s.runOp(b, o)
 		if b.poisoned != nil {
@@ -290,6 +291,9 @@ func (s *Store) attempt(b *batch) (map[string]session.GateState, error) {
 		}
 		if b.broken != nil {
 			return nil, b.broken
+		}
+		if o.kind == opUpdate {
+			s.takeQueued(b) // what queued during an update's steps shares its commit (update.go)
 		}
 	}
 	gates, err := s.finish(b)

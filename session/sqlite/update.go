@@ -1,0 +1,150 @@
+package sqlite
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// testHookUpdateStep, set only by this package's tests, runs after each step
+// of an update's transaction.
+var testHookUpdateStep func()
+
+// updateYieldAfter is session.UpdateYieldAfter; a variable for the tests.
+var updateYieldAfter = session.UpdateYieldAfter
+
+// applyUpdate runs one transaction's worth of an Update: at most chunk rows,
+// the phases in order (purge stale waiters, purge stale active sessions,
+// promote), continuing where the previous transaction stopped. It goes in
+// steps of at most session.UpdateYieldRows rows and, while another operation
+// waits for the writer (queued, or in this batch), ends the transaction
+// after the first step that ends session.UpdateYieldAfter or more after it
+// began: a join queued behind an update waits for a few milliseconds and a
+// commit, not for the whole chunk.
+func (s *Store) applyUpdate(b *batch, o *op) error {
+	// Work on a copy of the input: a transaction that fails is run again
+	// from the same place.
+	step := o.updIn
+	st := &step
+	e, err := s.gate(b, o.cfg.Name)
+	if err != nil {
+		return err
+	}
+	defer func() { o.upd = step }()
+	budget := int64(st.chunk)
+	began := time.Now()
+	for budget > 0 && !st.finished {
+		n := min(budget, session.UpdateYieldRows)
+		did, err := s.updateStep(b, e, o, st, n)
+		if err != nil {
+			return err
+		}
+		budget -= did
+		if testHookUpdateStep != nil {
+			testHookUpdateStep()
+		}
+		if s.othersWait(b) && time.Since(began) >= updateYieldAfter {
+			return nil // the next transaction goes on from here
+		}
+	}
+	return nil
+}
+
+// takeQueued moves the ops queued for the writer into the batch being run
+// (up to Options.MaxBatch ops in all), after an update's op: those that
+// queued during its steps, which it yielded to, run in its transaction and
+// share its commit instead of waiting for another. An op whose context is
+// done is answered and left out, as runBatch does.
+func (s *Store) takeQueued(b *batch) {
+	for len(b.live) < s.maxBatch {
+		select {
+		case o, ok := <-s.ops:
+			if !ok {
+				return // closing: the writer's loop ends after this batch
+			}
+			s.stats.ops.Add(1)
+			if err := o.ctx.Err(); err != nil {
+				o.err = err // skipped: it never ran
+				answer(o)
+				continue
+			}
+			b.live = append(b.live, o)
+		default:
+			return
+		}
+	}
+}
+
+// othersWait reports whether another operation waits for the writer: queued
+// for it, or in the batch being run (in the same transaction, after the
+// update).
+func (s *Store) othersWait(b *batch) bool {
+	return len(s.ops) > 0 || len(b.live) > 1
+}
+
+// updateStep runs one statement of an update's current phase on at most n
+// rows and returns how many rows it touched; the phase moves on when the
+// statement found fewer than n, and st.finished is set once the promotion
+// is done.
+func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int64) (int64, error) {
+	switch st.phase {
+	case 0, 1:
+		what, stmt, cutoff := "purge waiting", s.wc.purgeWaiting, st.waitingCutoff
+		if st.phase == 1 {
+			what, stmt, cutoff = "purge active", s.wc.purgeActive, st.activeCutoff
+		}
+		rows, err := s.wc.query(stmt, e.name, cutoff, n, st.now)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", what, err)
+		}
+		b.rows, err = s.wc.sessions(rows, e.name, b.rows[:0])
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", what, err)
+		}
+		if err := s.purged(b, e, o); err != nil {
+			return 0, err
+		}
+		did := int64(len(b.rows))
+		if st.phase == 0 {
+			st.purgedWaiting += did
+		} else {
+			st.purgedActive += did
+		}
+		if did < n {
+			st.phase++ // none left: the next step goes on with the next phase
+		}
+		return did, nil
+	}
+	want := session.Promotions(o.cfg, e.c)
+	m := min(want, n)
+	did, err := s.promote(b, e, o.cfg, m, normTime(o.now))
+	if err != nil {
+		return 0, err
+	}
+	st.promoted += did
+	st.finished = did == want || did < m
+	return did, nil
+}
+
+// purged accounts for the rows in b.rows that a purge statement deleted,
+// with session.DecidePurge. The statements select stale rows in SQL
+// (last seen below the cutoff of session.StaleCutoffs, or unclaimed past its
+// deadline): a row that session.IsStale does not call stale means the SQL
+// and the rule disagree, and the op fails (its transaction is rolled back)
+// rather than purge it.
+func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
+	now := normTime(o.now)
+	for _, r := range b.rows {
+		if !session.IsStale(o.cfg, r, now) {
+			return fmt.Errorf("purge: session %q of gate %q (%s, last active %v) is not stale at %v: the purge SQL disagrees with session.IsStale",
+				r.ID, e.name, r.Status, r.LastActive, now)
+		}
+		out := session.DecidePurge(r)
+		e.c = e.c.Add(out.Delta)
+		e.save, e.report = true, true
+		s.idx.remove(e.name, r.ID, r.Position)
+		b.left(r, session.StaleReason(o.cfg, r, now))
+	}
+	return nil
+}

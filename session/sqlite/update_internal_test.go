@@ -1,0 +1,184 @@
+package sqlite
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
+)
+
+// An update's transaction ends after at most session.UpdateYieldRows rows
+// once another operation waits for the writer, whether that operation is
+// queued behind it (a batch of one op) or in its batch: a join waits for a
+// few dozen rows, not for the chunk.
+func TestUpdateYieldsToAWaitingOp(t *testing.T) {
+	defer func(d time.Duration) { updateYieldAfter = d }(updateYieldAfter)
+	cases := []struct {
+		name     string
+		maxBatch int
+		after    time.Duration // updateYieldAfter
+		wantHeld int           // rows committed before the join, at most
+	}{
+		{"the join is queued behind the update", 1, 0, session.UpdateYieldRows},
+		{"the join is in the update's batch", 0, 0, session.UpdateYieldRows},
+		// Not before the transaction ran session.UpdateYieldAfter: here
+		// never, and the join waits for the chunk.
+		{"the transaction is too young to yield", 0, time.Hour, session.DefaultUpdateChunk},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			updateYieldAfter = tc.after
+			s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler), MaxBatch: tc.maxBatch})
+			require.NoError(t, err)
+			defer s.Close()
+			cfg := sessiontest.GateConfig("default", 10) // 10 active, 290 waiting
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			for i := range 300 {
+				wg.Go(func() {
+					_, err := s.Join(ctx, cfg, "a"+strconv.Itoa(i), epoch)
+					assert.NoError(t, err)
+				})
+			}
+			wg.Wait()
+			// The rows each commit purged, until the one with the join.
+			var mu sync.Mutex
+			var purgedPerCommit []int
+			joinedIn := -1
+			s.SetCommitListener(func(c session.Commit) {
+				mu.Lock()
+				defer mu.Unlock()
+				n := 0
+				for _, e := range c.Events {
+					switch {
+					case e.Kind == session.EventDeactivated || e.Kind == session.EventDequeued:
+						n++
+					case e.Session.ID == "late" && joinedIn < 0:
+						joinedIn = len(purgedPerCommit)
+					}
+				}
+				purgedPerCommit = append(purgedPerCommit, n)
+			})
+
+			// Hold the writer, queue the update, then a join behind it.
+			entered, release := make(chan struct{}), make(chan struct{})
+			go func() {
+				o := newOp(ctx, opFunc)
+				o.fn = func(*batch) error { close(entered); <-release; return nil }
+				assert.NoError(t, s.do(o))
+			}()
+			<-entered
+			now := epoch.Add(max(cfg.ActiveTimeout, cfg.WaitingTimeout) + time.Second) // every row is stale
+			var rep session.UpdateReport
+			var upErr error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				rep, upErr = s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+			}()
+			require.Eventually(t, func() bool { return len(s.ops) == 1 }, 5*time.Second, time.Millisecond)
+			joined := make(chan error, 1)
+			go func() {
+				_, err := s.Join(ctx, cfg, "late", now)
+				joined <- err
+			}()
+			require.Eventually(t, func() bool { return len(s.ops) == 2 }, 5*time.Second, time.Millisecond)
+			close(release)
+			<-done
+			require.NoError(t, upErr)
+			require.NoError(t, <-joined)
+
+			assert.EqualValues(t, 10, rep.PurgedActive)
+			assert.EqualValues(t, 290, rep.PurgedWaiting)
+			mu.Lock()
+			defer mu.Unlock()
+			require.GreaterOrEqual(t, joinedIn, 0, "the join committed")
+			held, total := 0, 0
+			for i, n := range purgedPerCommit {
+				if i <= joinedIn {
+					held += n // committed after the join was queued, before or with it
+				}
+				total += n
+			}
+			assert.LessOrEqual(t, held, tc.wantHeld, "a waiting join was held by more than one step of the update: %v (joined in commit %d)", purgedPerCommit, joinedIn)
+			assert.Equal(t, 300, total)
+			if tc.after > 0 {
+				assert.Equal(t, tc.wantHeld, held, "the update yielded before it ran updateYieldAfter")
+			}
+		})
+	}
+}
+
+// A join queued while an update's transaction runs ends that transaction
+// after the step and runs in it: it shares the update's commit instead of
+// waiting for it and then for a commit of its own.
+func TestUpdateTakesAJoinQueuedDuringItsStep(t *testing.T) {
+	defer func(d time.Duration) { updateYieldAfter = d }(updateYieldAfter)
+	updateYieldAfter = 0
+	s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer s.Close()
+	cfg := sessiontest.GateConfig("default", 10)
+	ctx := context.Background()
+	for i := range 100 {
+		_, err := s.Join(ctx, cfg, "a"+strconv.Itoa(i), epoch)
+		require.NoError(t, err)
+	}
+	type commit struct {
+		purged int
+		late   bool
+	}
+	var mu sync.Mutex
+	var commits []commit
+	s.SetCommitListener(func(c session.Commit) {
+		mu.Lock()
+		defer mu.Unlock()
+		var cm commit
+		for _, e := range c.Events {
+			switch {
+			case e.Kind == session.EventDeactivated || e.Kind == session.EventDequeued:
+				cm.purged++
+			case e.Session.ID == "late" && e.Kind == session.EventQueued:
+				cm.late = true
+			}
+		}
+		commits = append(commits, cm)
+	})
+	now := epoch.Add(max(cfg.ActiveTimeout, cfg.WaitingTimeout) + time.Second)
+	joined := make(chan error, 1)
+	var once sync.Once
+	defer func() { testHookUpdateStep = nil }()
+	testHookUpdateStep = func() {
+		once.Do(func() {
+			go func() {
+				_, err := s.Join(ctx, cfg, "late", now)
+				joined <- err
+			}()
+			require.Eventually(t, func() bool { return len(s.ops) == 1 }, 5*time.Second, time.Millisecond)
+		})
+	}
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.NoError(t, <-joined)
+	assert.EqualValues(t, 90, rep.PurgedWaiting)
+	assert.EqualValues(t, 10, rep.PurgedActive)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, commits)
+	assert.True(t, commits[0].late, "the join is not in the update's first transaction: %+v", commits)
+	assert.Equal(t, session.UpdateYieldRows, commits[0].purged, "the first transaction is one step")
+	total := 0
+	for _, c := range commits {
+		total += c.purged
+	}
+	assert.Equal(t, 100, total)
+}
