@@ -202,6 +202,9 @@ func (in *instance) mux(gateHandler http.Handler) http.Handler {
 	e.POST("/bench/seed", in.seedHandler)
 	e.GET("/bench/sent", in.sentHandler)
 	e.GET("/bench/store", in.storeHandler)
+	e.GET("/bench/cpu", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, cpuReport{Nanos: cpuTime().Nanoseconds()})
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/bench/") {
 			e.ServeHTTP(w, r)
@@ -253,7 +256,8 @@ func (in *instance) storeHandler(c echo.Context) error {
 	if in.pg != nil {
 		r = storeReport{Transactions: in.pg.Transactions(), Remote: in.pg.RemoteCommits(), Resyncs: in.pg.Resyncs()}
 	} else if in.store != nil {
-		r.Transactions = in.store.Stats().Transactions
+		st := in.store.Stats()
+		r.Transactions, r.Ops, r.MaxBatch = st.Transactions, st.Ops, int64(st.MaxBatch)
 	}
 	return c.JSON(http.StatusOK, r)
 }
@@ -262,6 +266,13 @@ type storeReport struct {
 	Transactions int64 `json:"transactions"`
 	Remote       int64 `json:"remote"`
 	Resyncs      int64 `json:"resyncs"`
+	Ops          int64 `json:"ops"`      // SQLite: ops committed
+	MaxBatch     int64 `json:"maxBatch"` // SQLite: the largest transaction's ops
+}
+
+// cpuReport is the server process's CPU time (user+system) so far.
+type cpuReport struct {
+	Nanos int64 `json:"nanos"`
 }
 
 type sentReport struct {
