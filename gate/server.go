@@ -418,7 +418,7 @@ type joinResponse struct {
 func (s *Server) join(c echo.Context) error {
 	r := c.Request()
 	var req joinRequest
-	if err := s.readStateChange(r, &req, `JSON such as {"gate":"default"}`); err != nil {
+	if err := s.readJoinRequest(r, &req, `JSON such as {"gate":"default"}`); err != nil {
 		return err
 	}
 	gate := s.gateOf(r, req.Gate)
