@@ -148,21 +148,23 @@ func sessionCookie(tok string, maxAge int, secure bool) (string, bool) {
 			return "", false
 		}
 	}
-	b := make([]byte, 0, len(CookieName)+len(tok)+64)
-	b = append(b, CookieName...)
-	b = append(b, '=')
-	b = append(b, tok...)
-	b = append(b, "; Path=/"...)
+	var b strings.Builder // one allocation: the value itself
+	b.Grow(len(CookieName) + len(tok) + 64)
+	b.WriteString(CookieName)
+	b.WriteByte('=')
+	b.WriteString(tok)
+	b.WriteString("; Path=/")
 	if maxAge > 0 {
-		b = append(b, "; Max-Age="...)
-		b = strconv.AppendInt(b, int64(maxAge), 10)
+		var n [20]byte
+		b.WriteString("; Max-Age=")
+		b.Write(strconv.AppendInt(n[:0], int64(maxAge), 10))
 	} else if maxAge < 0 {
-		b = append(b, "; Max-Age=0"...)
+		b.WriteString("; Max-Age=0")
 	}
-	b = append(b, "; HttpOnly"...)
+	b.WriteString("; HttpOnly")
 	if secure {
-		b = append(b, "; Secure"...)
+		b.WriteString("; Secure")
 	}
-	b = append(b, "; SameSite=Lax"...)
-	return string(b), true
+	b.WriteString("; SameSite=Lax")
+	return b.String(), true
 }
