@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -58,14 +59,7 @@ func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool)
 		b = strconv.AppendFloat(b, f, 'f', -1, 64)
 	}
 	if len(v.Buckets) > 0 {
-		b = append(b, `,"buckets":[`...)
-		for i, n := range v.Buckets {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, n, 10)
-		}
-		b = append(b, ']')
+		b = appendBuckets(b, v.Buckets)
 	}
 	if v.Priority != nil {
 		ok = false // the priority lane's view: left to encoding/json
@@ -98,6 +92,39 @@ func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool)
 	str(`,"token":`, tok)
 	b = append(b, "}\n"...)
 	return b, ok
+}
+
+// encodedBuckets is a view's buckets and their JSON.
+type encodedBuckets struct {
+	buckets []int64
+	json    []byte
+}
+
+// lastBuckets caches the JSON of the last buckets written. A gate's views
+// share one buckets slice until the line changes (every join of a commit
+// answers with the same one, up to MaxBuckets pairs: most of the answer),
+// and a view's slice is never changed once published, so the slice's
+// identity (its first element's address and its length) names its
+// contents; the cache holds the slice, so that address is not reused
+// while it is cached.
+var lastBuckets atomic.Pointer[encodedBuckets]
+
+// appendBuckets appends `,"buckets":[...]` for buckets (not empty).
+func appendBuckets(b []byte, buckets []int64) []byte {
+	if c := lastBuckets.Load(); c != nil && len(c.buckets) == len(buckets) && &c.buckets[0] == &buckets[0] {
+		return append(b, c.json...)
+	}
+	enc := make([]byte, 0, 16+8*len(buckets))
+	enc = append(enc, `,"buckets":[`...)
+	for i, n := range buckets {
+		if i > 0 {
+			enc = append(enc, ',')
+		}
+		enc = strconv.AppendInt(enc, n, 10)
+	}
+	enc = append(enc, ']')
+	lastBuckets.Store(&encodedBuckets{buckets: buckets, json: enc})
+	return append(b, enc...)
 }
 
 // plainJSONString reports whether encoding/json writes s as it is between

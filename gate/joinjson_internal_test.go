@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +200,23 @@ func TestSessionCookieMatchesHTTPCookie(t *testing.T) {
 				SameSite: http.SameSiteLaxMode, Secure: tc.secure}).String()
 			assert.Equal(t, want, got)
 		})
+	}
+}
+
+// The buckets' JSON is cached by the slice's identity: views that share a
+// slice get its JSON, and another slice of the same length, or a part of
+// the cached one, gets its own.
+func TestAppendJoinJSONBucketsCache(t *testing.T) {
+	one := []int64{0, 10, 10, 10, 25, 3}
+	other := []int64{0, 11, 12, 10, 25, 4}
+	views := [][]int64{one, one, other, one, other, other, one[:4], one[2:], slices.Clone(one), one}
+	for i, buckets := range views {
+		v := session.SessionView{GlobalView: session.GlobalView{Gate: "default", Waiting: 23, Buckets: buckets},
+			Session: "s", Status: session.StatusWaiting, Position: 4, Place: 1}
+		got, ok := appendJoinJSON(nil, &v, "tok")
+		require.True(t, ok)
+		want, err := json.Marshal(joinResponse{SessionView: v, Token: "tok"})
+		require.NoError(t, err)
+		require.Equal(t, string(append(want, '\n')), string(got), "view %d", i)
 	}
 }

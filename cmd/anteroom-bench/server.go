@@ -67,6 +67,9 @@ type instanceConfig struct {
 	// database, when set, is the URL of a shared Postgres database: the
 	// instance runs on session/postgres instead of an SQLite file in dir.
 	database string
+	// labelProfile labels each request's CPU samples with its path
+	// (a -serve child run with -cpuprofile).
+	labelProfile bool
 }
 
 // hookedStore is a Store whose commit listener calls a hook first.
@@ -206,6 +209,12 @@ func (in *instance) mux(gateHandler http.Handler) http.Handler {
 		return c.JSON(http.StatusOK, cpuReport{Nanos: cpuTime().Nanoseconds()})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if in.cfg.labelProfile {
+			// The connection's goroutine keeps the label after the handler
+			// returns: the response's write (finishRequest) counts for the
+			// path too. Read with pprof -tagfocus path=...
+			pprof.SetGoroutineLabels(pprof.WithLabels(r.Context(), pprof.Labels("path", r.URL.Path)))
+		}
 		if strings.HasPrefix(r.URL.Path, "/bench/") {
 			e.ServeHTTP(w, r)
 			return
@@ -418,7 +427,7 @@ func serveChild(cc childConfig, out, errOut io.Writer) error {
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	in, err := startInstance(ctx, instanceConfig{
 		dir: dir, limit: cc.limit, interval: interval, secret: secret, cron: true, log: log,
-		database: cc.database, waitingTimeout: cc.waitingTimeout,
+		database: cc.database, waitingTimeout: cc.waitingTimeout, labelProfile: cpuProfile != "",
 	})
 	if err != nil {
 		return err
