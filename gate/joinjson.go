@@ -29,24 +29,33 @@ var joinJSONFields = []string{"gate", "firstWaitingPosition", "lastWaitingPositi
 	"admittedPerMinute", "buckets", "priority", "session", "status", "position", "place", "claimDeadline",
 	"admission", "notify", "lane", "token"}
 
-// appendJoinJSON appends the JSON of joinResponse{v, tok} and a newline.
-func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool) {
+// globalJSONFields are the JSON names appendGlobalJSON writes (or leaves
+// to encoding/json), in order; a test checks them against GlobalView.
+var globalJSONFields = joinJSONFields[:9]
+
+// appendGlobalJSON appends the JSON of a GlobalView and a newline, as
+// c.JSON writes it; ok is false (the caller uses c.JSON) on what only
+// encoding/json writes (see appendJoinJSON).
+func appendGlobalJSON(b []byte, v *session.GlobalView) ([]byte, bool) {
+	b, ok := appendGlobalFields(b, v)
+	return append(b, "}\n"...), ok
+}
+
+// appendGlobalFields appends the GlobalView's members after the opening
+// brace, without the closing one.
+func appendGlobalFields(b []byte, v *session.GlobalView) ([]byte, bool) {
 	ok := true
-	str := func(key, s string) {
-		b = append(b, key...)
-		if !plainJSONString(s) {
-			ok = false
-			return
-		}
-		b = append(b, '"')
-		b = append(b, s...)
-		b = append(b, '"')
-	}
 	num := func(key string, n int64) {
 		b = append(b, key...)
 		b = strconv.AppendInt(b, n, 10)
 	}
-	str(`{"gate":`, v.Gate)
+	b = append(b, `{"gate":`...)
+	if !plainJSONString(v.Gate) {
+		ok = false
+	}
+	b = append(b, '"')
+	b = append(b, v.Gate...)
+	b = append(b, '"')
 	num(`,"firstWaitingPosition":`, v.FirstWaitingPosition)
 	num(`,"lastWaitingPosition":`, v.LastWaitingPosition)
 	num(`,"waiting":`, v.Waiting)
@@ -63,6 +72,26 @@ func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool)
 	}
 	if v.Priority != nil {
 		ok = false // the priority lane's view: left to encoding/json
+	}
+	return b, ok
+}
+
+// appendJoinJSON appends the JSON of joinResponse{v, tok} and a newline.
+func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool) {
+	b, ok := appendGlobalFields(b, &v.GlobalView)
+	str := func(key, s string) {
+		b = append(b, key...)
+		if !plainJSONString(s) {
+			ok = false
+			return
+		}
+		b = append(b, '"')
+		b = append(b, s...)
+		b = append(b, '"')
+	}
+	num := func(key string, n int64) {
+		b = append(b, key...)
+		b = strconv.AppendInt(b, n, 10)
 	}
 	str(`,"session":`, v.Session)
 	str(`,"status":`, string(v.Status))
@@ -155,6 +184,22 @@ func (s *Server) writeJoin(c echo.Context, view *session.SessionView, tok string
 		joinBufs.Put(bp)
 	}
 	return c.JSON(http.StatusOK, joinResponse{SessionView: *view, Token: tok})
+}
+
+// writeGlobal answers {base}/api/global as writeJoin answers a join.
+func writeGlobal(c echo.Context, view *session.GlobalView) error {
+	if r := c.Request(); r.URL.RawQuery == "" || !strings.Contains(r.URL.RawQuery, "pretty") {
+		bp := joinBufs.Get().(*[]byte)
+		b, ok := appendGlobalJSON((*bp)[:0], view)
+		if ok && !c.Echo().Debug {
+			err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+			*bp = b
+			joinBufs.Put(bp)
+			return err
+		}
+		joinBufs.Put(bp)
+	}
+	return c.JSON(http.StatusOK, view)
 }
 
 var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}

@@ -581,7 +581,7 @@ func (s *Server) global(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, view)
+	return writeGlobal(c, &view)
 }
 
 // check is the forward-auth endpoint: 200 for an active session (refreshing
