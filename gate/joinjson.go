@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -28,9 +29,56 @@ var joinJSONFields = []string{"gate", "firstWaitingPosition", "lastWaitingPositi
 	"admittedPerMinute", "buckets", "priority", "session", "status", "position", "place", "claimDeadline",
 	"admission", "notify", "lane", "token"}
 
+// globalJSONFields are the JSON names appendGlobalJSON writes (or leaves
+// to encoding/json), in order; a test checks them against GlobalView.
+var globalJSONFields = joinJSONFields[:9]
+
+// appendGlobalJSON appends the JSON of a GlobalView and a newline, as
+// c.JSON writes it; ok is false (the caller uses c.JSON) on what only
+// encoding/json writes (see appendJoinJSON).
+func appendGlobalJSON(b []byte, v *session.GlobalView) ([]byte, bool) {
+	b, ok := appendGlobalFields(b, v)
+	return append(b, "}\n"...), ok
+}
+
+// appendGlobalFields appends the GlobalView's members after the opening
+// brace, without the closing one.
+func appendGlobalFields(b []byte, v *session.GlobalView) ([]byte, bool) {
+	ok := true
+	num := func(key string, n int64) {
+		b = append(b, key...)
+		b = strconv.AppendInt(b, n, 10)
+	}
+	b = append(b, `{"gate":`...)
+	if !plainJSONString(v.Gate) {
+		ok = false
+	}
+	b = append(b, '"')
+	b = append(b, v.Gate...)
+	b = append(b, '"')
+	num(`,"firstWaitingPosition":`, v.FirstWaitingPosition)
+	num(`,"lastWaitingPosition":`, v.LastWaitingPosition)
+	num(`,"waiting":`, v.Waiting)
+	num(`,"active":`, v.Active)
+	num(`,"limit":`, v.Limit)
+	b = append(b, `,"admittedPerMinute":`...)
+	if f := v.AdmittedPerMinute; math.IsNaN(f) || math.IsInf(f, 0) || f != 0 && (math.Abs(f) < 1e-6 || math.Abs(f) >= 1e21) {
+		ok = false
+	} else {
+		b = strconv.AppendFloat(b, f, 'f', -1, 64)
+	}
+	if len(v.Buckets) > 0 {
+		b = appendBuckets(b, v.Buckets)
+	}
+	if v.Priority != nil {
+		ok = false // the priority lane's view: left to encoding/json
+	}
+	return b, ok
+}
+
 // appendJoinJSON appends the JSON of joinResponse{v, tok} and a newline.
 func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool) {
-	ok := true
+	b, ok := appendGlobalFields(b, &v.GlobalView)
 	str := func(key, s string) {
 		b = append(b, key...)
 		if !plainJSONString(s) {
@@ -44,31 +92,6 @@ func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool)
 	num := func(key string, n int64) {
 		b = append(b, key...)
 		b = strconv.AppendInt(b, n, 10)
-	}
-	str(`{"gate":`, v.Gate)
-	num(`,"firstWaitingPosition":`, v.FirstWaitingPosition)
-	num(`,"lastWaitingPosition":`, v.LastWaitingPosition)
-	num(`,"waiting":`, v.Waiting)
-	num(`,"active":`, v.Active)
-	num(`,"limit":`, v.Limit)
-	b = append(b, `,"admittedPerMinute":`...)
-	if f := v.AdmittedPerMinute; math.IsNaN(f) || math.IsInf(f, 0) || f != 0 && (math.Abs(f) < 1e-6 || math.Abs(f) >= 1e21) {
-		ok = false
-	} else {
-		b = strconv.AppendFloat(b, f, 'f', -1, 64)
-	}
-	if len(v.Buckets) > 0 {
-		b = append(b, `,"buckets":[`...)
-		for i, n := range v.Buckets {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, n, 10)
-		}
-		b = append(b, ']')
-	}
-	if v.Priority != nil {
-		ok = false // the priority lane's view: left to encoding/json
 	}
 	str(`,"session":`, v.Session)
 	str(`,"status":`, string(v.Status))
@@ -98,6 +121,39 @@ func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool)
 	str(`,"token":`, tok)
 	b = append(b, "}\n"...)
 	return b, ok
+}
+
+// encodedBuckets is a view's buckets and their JSON.
+type encodedBuckets struct {
+	buckets []int64
+	json    []byte
+}
+
+// lastBuckets caches the JSON of the last buckets written. A gate's views
+// share one buckets slice until the line changes (every join of a commit
+// answers with the same one, up to MaxBuckets pairs: most of the answer),
+// and a view's slice is never changed once published, so the slice's
+// identity (its first element's address and its length) names its
+// contents; the cache holds the slice, so that address is not reused
+// while it is cached.
+var lastBuckets atomic.Pointer[encodedBuckets]
+
+// appendBuckets appends `,"buckets":[...]` for buckets (not empty).
+func appendBuckets(b []byte, buckets []int64) []byte {
+	if c := lastBuckets.Load(); c != nil && len(c.buckets) == len(buckets) && &c.buckets[0] == &buckets[0] {
+		return append(b, c.json...)
+	}
+	enc := make([]byte, 0, 16+8*len(buckets))
+	enc = append(enc, `,"buckets":[`...)
+	for i, n := range buckets {
+		if i > 0 {
+			enc = append(enc, ',')
+		}
+		enc = strconv.AppendInt(enc, n, 10)
+	}
+	enc = append(enc, ']')
+	lastBuckets.Store(&encodedBuckets{buckets: buckets, json: enc})
+	return append(b, enc...)
 }
 
 // plainJSONString reports whether encoding/json writes s as it is between
@@ -130,6 +186,22 @@ func (s *Server) writeJoin(c echo.Context, view *session.SessionView, tok string
 	return c.JSON(http.StatusOK, joinResponse{SessionView: *view, Token: tok})
 }
 
+// writeGlobal answers {base}/api/global as writeJoin answers a join.
+func writeGlobal(c echo.Context, view *session.GlobalView) error {
+	if r := c.Request(); r.URL.RawQuery == "" || !strings.Contains(r.URL.RawQuery, "pretty") {
+		bp := joinBufs.Get().(*[]byte)
+		b, ok := appendGlobalJSON((*bp)[:0], view)
+		if ok && !c.Echo().Debug {
+			err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+			*bp = b
+			joinBufs.Put(bp)
+			return err
+		}
+		joinBufs.Put(bp)
+	}
+	return c.JSON(http.StatusOK, view)
+}
+
 var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 // sessionCookie is the Set-Cookie value http.Cookie.String gives the
@@ -148,21 +220,23 @@ func sessionCookie(tok string, maxAge int, secure bool) (string, bool) {
 			return "", false
 		}
 	}
-	b := make([]byte, 0, len(CookieName)+len(tok)+64)
-	b = append(b, CookieName...)
-	b = append(b, '=')
-	b = append(b, tok...)
-	b = append(b, "; Path=/"...)
+	var b strings.Builder // one allocation: the value itself
+	b.Grow(len(CookieName) + len(tok) + 64)
+	b.WriteString(CookieName)
+	b.WriteByte('=')
+	b.WriteString(tok)
+	b.WriteString("; Path=/")
 	if maxAge > 0 {
-		b = append(b, "; Max-Age="...)
-		b = strconv.AppendInt(b, int64(maxAge), 10)
+		var n [20]byte
+		b.WriteString("; Max-Age=")
+		b.Write(strconv.AppendInt(n[:0], int64(maxAge), 10))
 	} else if maxAge < 0 {
-		b = append(b, "; Max-Age=0"...)
+		b.WriteString("; Max-Age=0")
 	}
-	b = append(b, "; HttpOnly"...)
+	b.WriteString("; HttpOnly")
 	if secure {
-		b = append(b, "; Secure"...)
+		b.WriteString("; Secure")
 	}
-	b = append(b, "; SameSite=Lax"...)
-	return string(b), true
+	b.WriteString("; SameSite=Lax")
+	return b.String(), true
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +102,7 @@ func TestAppendJoinJSONRandomViews(t *testing.T) {
 		return string(b)
 	}
 	floats := []float64{0, 1, 0.1, 2.5e-6, 9.99e-7, 123456789.125, 1e20, 1e21, -3.75, math.NaN(), math.Inf(1)}
-	var fast int
+	var fast, fastGlobal int
 	for range 3000 {
 		v := session.SessionView{
 			GlobalView: session.GlobalView{Gate: randStr(), FirstWaitingPosition: r.Int64(), LastWaitingPosition: -r.Int64(),
@@ -130,6 +131,12 @@ func TestAppendJoinJSONRandomViews(t *testing.T) {
 		if r.IntN(8) == 0 {
 			v.Priority = &session.LaneView{FirstWaitingPosition: r.Int64N(100), Waiting: r.Int64N(100)}
 		}
+		if g, ok := appendGlobalJSON(nil, &v.GlobalView); ok {
+			fastGlobal++
+			want, err := json.Marshal(v.GlobalView)
+			require.NoError(t, err)
+			require.Equal(t, string(append(want, '\n')), string(g), "global view %+v", v.GlobalView)
+		}
 		tok := randStr()
 		got, ok := appendJoinJSON(nil, &v, tok)
 		if !ok {
@@ -143,6 +150,7 @@ func TestAppendJoinJSONRandomViews(t *testing.T) {
 		require.False(t, bytes.Contains(got, []byte("<")))
 	}
 	assert.Greater(t, fast, 500, "the fast path is taken for ordinary views")
+	assert.Greater(t, fastGlobal, 500, "the fast path is taken for ordinary global views")
 }
 
 // Every JSON field of the join answer is one the hand encoder knows: a field
@@ -166,6 +174,31 @@ func TestJoinJSONKnowsEveryField(t *testing.T) {
 	}
 	walk(reflect.TypeOf(joinResponse{}))
 	assert.Equal(t, names, joinJSONFields)
+	names = nil
+	walk(reflect.TypeOf(session.GlobalView{}))
+	assert.Equal(t, names, globalJSONFields)
+}
+
+// {base}/api/global answers what c.JSON wrote for the view, ?pretty too.
+func TestGlobalAnswerIsEncodingJSONs(t *testing.T) {
+	views := []session.GlobalView{
+		{Gate: "default", FirstWaitingPosition: 3, LastWaitingPosition: 90, Waiting: 60, Active: 10, Limit: 10,
+			AdmittedPerMinute: 2.25, Buckets: []int64{0, 30, 45, 30}},
+		{Gate: "a<b", Waiting: 0},
+		{Gate: "p", Priority: &session.LaneView{Waiting: 2}},
+		{Gate: "f", AdmittedPerMinute: 1e-9},
+	}
+	for _, v := range views {
+		for _, target := range []string{"/api/global", "/api/global?pretty"} {
+			e := echo.New()
+			want := httptest.NewRecorder()
+			require.NoError(t, e.NewContext(httptest.NewRequest(http.MethodGet, target, nil), want).JSON(http.StatusOK, v))
+			got := httptest.NewRecorder()
+			require.NoError(t, writeGlobal(e.NewContext(httptest.NewRequest(http.MethodGet, target, nil), got), &v))
+			assert.Equal(t, want.Body.String(), got.Body.String(), target)
+			assert.Equal(t, want.Header(), got.Header(), target)
+		}
+	}
 }
 
 // The hand-written session cookie is http.Cookie's, byte for byte; a token
@@ -199,5 +232,23 @@ func TestSessionCookieMatchesHTTPCookie(t *testing.T) {
 				SameSite: http.SameSiteLaxMode, Secure: tc.secure}).String()
 			assert.Equal(t, want, got)
 		})
+	}
+}
+
+// The buckets' JSON is cached by the slice's identity: views that share a
+// slice get its JSON, and another slice of the same length, or a part of
+// the cached one, gets its own.
+func TestAppendJoinJSONBucketsCache(t *testing.T) {
+	one := []int64{0, 10, 10, 10, 25, 3}
+	other := []int64{0, 11, 12, 10, 25, 4}
+	views := [][]int64{one, one, other, one, other, other, one[:4], one[2:], slices.Clone(one), one}
+	for i, buckets := range views {
+		v := session.SessionView{GlobalView: session.GlobalView{Gate: "default", Waiting: 23, Buckets: buckets},
+			Session: "s", Status: session.StatusWaiting, Position: 4, Place: 1}
+		got, ok := appendJoinJSON(nil, &v, "tok")
+		require.True(t, ok)
+		want, err := json.Marshal(joinResponse{SessionView: v, Token: "tok"})
+		require.NoError(t, err)
+		require.Equal(t, string(append(want, '\n')), string(got), "view %d", i)
 	}
 }

@@ -418,7 +418,7 @@ type joinResponse struct {
 func (s *Server) join(c echo.Context) error {
 	r := c.Request()
 	var req joinRequest
-	if err := s.readStateChange(r, &req, `JSON such as {"gate":"default"}`); err != nil {
+	if err := s.readJoinRequest(r, &req, `JSON such as {"gate":"default"}`); err != nil {
 		return err
 	}
 	gate := s.gateOf(r, req.Gate)
@@ -581,7 +581,7 @@ func (s *Server) global(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, view)
+	return writeGlobal(c, &view)
 }
 
 // check is the forward-auth endpoint: 200 for an active session (refreshing

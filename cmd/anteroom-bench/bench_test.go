@@ -312,3 +312,44 @@ func TestBulkSeedAndScaleScenarios(t *testing.T) {
 		}
 	}
 }
+
+// The HTTP scenarios run their server in a child process and compare with
+// GET /healthz on it: every row has a baseline, the per-CPU rows are the
+// server's own CPU per request, and /api/global is measured beside /check.
+func TestHTTPScenariosCompareWithHealthzOnAServerChild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the HTTP scenarios")
+	}
+	var out bytes.Buffer
+	b := &bench{cfg: config{smoke: true}, log: &out}
+	b.cfg.fillDefaults()
+	b.cfg.rounds = 2
+	ctx := context.Background()
+
+	res, err := b.run(ctx, "join-http")
+	require.NoError(t, err, out.String())
+	require.Len(t, res, 2)
+	assert.Contains(t, res[0].Target, "/healthz")
+	assert.Equal(t, checkRatioMax, res[1].Check)
+	assert.InDelta(t, 2.0, res[1].Want, 0)
+	for _, r := range res {
+		require.NotNil(t, r.Baseline, r.Metric)
+		assert.Positive(t, r.Value, r.Metric)
+		assert.Positive(t, *r.Baseline, r.Metric)
+	}
+	assert.Contains(t, res[0].Note, "child process")
+
+	res, err = b.run(ctx, "check-http")
+	require.NoError(t, err, out.String())
+	require.Len(t, res, 4)
+	var metrics []string
+	for _, r := range res {
+		require.NotNil(t, r.Baseline, r.Metric)
+		assert.Positive(t, r.Value, r.Metric)
+		metrics = append(metrics, r.Metric)
+	}
+	assert.Contains(t, metrics[0], "/check")
+	assert.Contains(t, metrics[2], "/api/global")
+	assert.InDelta(t, 0.95, res[0].Want, 0)
+	assert.InDelta(t, 0.95, res[2].Want, 0)
+}

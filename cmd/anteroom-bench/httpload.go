@@ -130,6 +130,10 @@ func asciiEqualFold(b []byte, s string) bool {
 // httpLoad is a pool of keep-alive connections that runs closed-loop load.
 type httpLoad struct {
 	conns []*rawConn
+	// cpu reads the CPU time a window's per-CPU rate is taken against; nil:
+	// this process's (cpuTime). The HTTP scenarios whose server runs in a
+	// child read the child's, so that the client's CPU is not counted.
+	cpu func() (time.Duration, error)
 }
 
 func newHTTPLoad(ctx context.Context, addr string, n int) (*httpLoad, error) {
@@ -181,34 +185,56 @@ func (l *httpLoad) run(ctx context.Context, warmup, window time.Duration, req re
 			}
 		})
 	}
-	m := measureWindow(ctx, warmup, window, done.Load)
+	cpu := l.cpu
+	if cpu == nil {
+		cpu = func() (time.Duration, error) { return cpuTime(), nil }
+	}
+	m, cpuErr := measureWindowCPU(ctx, warmup, window, done.Load, cpu)
 	stop.Store(true)
 	wg.Wait()
 	if p := firstErr.Load(); p != nil {
 		return measure{}, *p
 	}
+	if cpuErr != nil {
+		return measure{}, cpuErr
+	}
 	return m, ctx.Err()
 }
 
 // measure is the rate of one measuring window: per second of wall clock,
-// and per second of this process's CPU time (user+system), which a shared
-// machine's other load disturbs less.
+// and per second of CPU time (user+system: this process's, or the server
+// child's), which a shared machine's other load disturbs less.
 type measure struct {
 	rate   float64
 	perCPU float64
 }
 
-// measureWindow lets the load warm up, then counts for window.
+// measureWindow lets the load warm up, then counts for window, against
+// this process's CPU time.
 func measureWindow(ctx context.Context, warmup, window time.Duration, count func() int64) measure {
+	m, _ := measureWindowCPU(ctx, warmup, window, count, func() (time.Duration, error) { return cpuTime(), nil })
+	return m
+}
+
+// measureWindowCPU is measureWindow against the CPU time cpu reads.
+func measureWindowCPU(ctx context.Context, warmup, window time.Duration, count func() int64, cpu func() (time.Duration, error)) (measure, error) {
 	sleepCtx(ctx, warmup)
-	n0, t0, c0 := count(), time.Now(), cpuTime()
+	c0, err := cpu()
+	if err != nil {
+		return measure{}, err
+	}
+	n0, t0 := count(), time.Now()
 	sleepCtx(ctx, window)
-	n1, t1, c1 := count(), time.Now(), cpuTime()
+	n1, t1 := count(), time.Now()
+	c1, err := cpu()
+	if err != nil {
+		return measure{}, err
+	}
 	m := measure{rate: float64(n1-n0) / t1.Sub(t0).Seconds()}
 	if c1 > c0 {
 		m.perCPU = float64(n1-n0) / (c1 - c0).Seconds()
 	}
-	return m
+	return m, nil
 }
 
 // pairs are the interleaved windows of a baseline and a measured load.

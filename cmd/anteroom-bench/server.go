@@ -67,6 +67,9 @@ type instanceConfig struct {
 	// database, when set, is the URL of a shared Postgres database: the
 	// instance runs on session/postgres instead of an SQLite file in dir.
 	database string
+	// labelProfile labels each request's CPU samples with its path
+	// (a -serve child run with -cpuprofile).
+	labelProfile bool
 }
 
 // hookedStore is a Store whose commit listener calls a hook first.
@@ -202,7 +205,16 @@ func (in *instance) mux(gateHandler http.Handler) http.Handler {
 	e.POST("/bench/seed", in.seedHandler)
 	e.GET("/bench/sent", in.sentHandler)
 	e.GET("/bench/store", in.storeHandler)
+	e.GET("/bench/cpu", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, cpuReport{Nanos: cpuTime().Nanoseconds()})
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if in.cfg.labelProfile {
+			// The connection's goroutine keeps the label after the handler
+			// returns: the response's write (finishRequest) counts for the
+			// path too. Read with pprof -tagfocus path=...
+			pprof.SetGoroutineLabels(pprof.WithLabels(r.Context(), pprof.Labels("path", r.URL.Path)))
+		}
 		if strings.HasPrefix(r.URL.Path, "/bench/") {
 			e.ServeHTTP(w, r)
 			return
@@ -253,7 +265,8 @@ func (in *instance) storeHandler(c echo.Context) error {
 	if in.pg != nil {
 		r = storeReport{Transactions: in.pg.Transactions(), Remote: in.pg.RemoteCommits(), Resyncs: in.pg.Resyncs()}
 	} else if in.store != nil {
-		r.Transactions = in.store.Stats().Transactions
+		st := in.store.Stats()
+		r.Transactions, r.Ops, r.MaxBatch = st.Transactions, st.Ops, int64(st.MaxBatch)
 	}
 	return c.JSON(http.StatusOK, r)
 }
@@ -262,6 +275,13 @@ type storeReport struct {
 	Transactions int64 `json:"transactions"`
 	Remote       int64 `json:"remote"`
 	Resyncs      int64 `json:"resyncs"`
+	Ops          int64 `json:"ops"`      // SQLite: ops committed
+	MaxBatch     int64 `json:"maxBatch"` // SQLite: the largest transaction's ops
+}
+
+// cpuReport is the server process's CPU time (user+system) so far.
+type cpuReport struct {
+	Nanos int64 `json:"nanos"`
 }
 
 type sentReport struct {
@@ -407,7 +427,7 @@ func serveChild(cc childConfig, out, errOut io.Writer) error {
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	in, err := startInstance(ctx, instanceConfig{
 		dir: dir, limit: cc.limit, interval: interval, secret: secret, cron: true, log: log,
-		database: cc.database, waitingTimeout: cc.waitingTimeout,
+		database: cc.database, waitingTimeout: cc.waitingTimeout, labelProfile: cpuProfile != "",
 	})
 	if err != nil {
 		return err

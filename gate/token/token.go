@@ -84,14 +84,26 @@ type Signer struct {
 
 type keyState struct {
 	key []byte
-	// macs pools keyed HMAC states: hmac.New costs two hash states and the
-	// keyed pads per call, and Verify sits on every checked request.
+	// macs pools keyed HMAC states (*macState): hmac.New costs two hash
+	// states and the keyed pads per call, and Verify sits on every checked
+	// request.
 	macs sync.Pool
 }
 
+// macState is a keyed HMAC and a scratch buffer for the message, which is
+// hashed in one Write (each Write of a string converted to bytes through the
+// hash.Hash interface cost an allocation).
+type macState struct {
+	h   hash.Hash
+	msg []byte
+}
+
+// maxPooledMsg is the largest message buffer kept with a pooled state.
+const maxPooledMsg = 1 << 10
+
 func newKey(secret []byte) *keyState {
 	k := &keyState{key: append([]byte(nil), secret...)}
-	k.macs.New = func() any { return hmac.New(sha256.New, k.key) }
+	k.macs.New = func() any { return &macState{h: hmac.New(sha256.New, k.key), msg: make([]byte, 0, 256)} }
 	return k
 }
 
@@ -136,9 +148,21 @@ func (s *Signer) Sign(id string) (string, error) {
 	if !session.ValidID(id) {
 		return "", errors.New("token: invalid session id")
 	}
-	exp := strconv.FormatInt(s.now().Add(s.ttl).Unix(), 10)
-	var sum [sha256.Size]byte
-	return id + "." + exp + "." + base64.RawURLEncoding.EncodeToString(s.cur.sum(sum[:0], "s2", id, exp)), nil
+	var expBuf [maxExpLength + 1]byte
+	exp := strconv.AppendInt(expBuf[:0], s.now().Add(s.ttl).Unix(), 10)
+	var mac [sha256.Size]byte
+	s.cur.sumToken(&mac, id, exp)
+	// One allocation: the token, written into a Builder of its exact size.
+	var b strings.Builder
+	b.Grow(len(id) + 1 + len(exp) + 1 + macLength)
+	b.WriteString(id)
+	b.WriteByte('.')
+	b.Write(exp)
+	b.WriteByte('.')
+	var enc [43]byte // macLength
+	base64.RawURLEncoding.Encode(enc[:], mac[:])
+	b.Write(enc[:])
+	return b.String(), nil
 }
 
 // Claims is what a verified token says.
@@ -274,19 +298,43 @@ func (k *keyState) verify(mac, domain string, parts ...string) bool {
 // sum appends to b the HMAC of domain and parts, each followed by a zero
 // byte; with an empty domain, of the one part alone.
 func (k *keyState) sum(b []byte, domain string, parts ...string) []byte {
-	h := k.macs.Get().(hash.Hash)
-	h.Reset()
+	m := k.macs.Get().(*macState)
+	msg := m.msg[:0]
 	if domain == "" {
-		h.Write([]byte(parts[0]))
+		msg = append(msg, parts[0]...)
 	} else {
-		h.Write([]byte(domain))
+		msg = append(msg, domain...)
 		for _, p := range parts {
-			h.Write([]byte{0})
-			h.Write([]byte(p))
+			msg = append(msg, 0)
+			msg = append(msg, p...)
 		}
 	}
-	b = h.Sum(b)
-	k.macs.Put(h)
+	b = k.hash(m, msg, b)
+	return b
+}
+
+// sumToken writes to mac the HMAC of a current-format session token's
+// message, "s2\x00<id>\x00<exp>" (sum(_, "s2", id, exp) without the
+// strings).
+func (k *keyState) sumToken(mac *[sha256.Size]byte, id string, exp []byte) {
+	m := k.macs.Get().(*macState)
+	msg := append(m.msg[:0], "s2\x00"...)
+	msg = append(msg, id...)
+	msg = append(msg, 0)
+	msg = append(msg, exp...)
+	k.hash(m, msg, mac[:0])
+}
+
+// hash returns b with the HMAC of msg appended, and puts m (holding msg as
+// its scratch buffer) back in the pool.
+func (k *keyState) hash(m *macState, msg, b []byte) []byte {
+	m.h.Reset()
+	m.h.Write(msg)
+	b = m.h.Sum(b)
+	if cap(msg) <= maxPooledMsg {
+		m.msg = msg[:0]
+	}
+	k.macs.Put(m)
 	return b
 }
 

@@ -173,12 +173,30 @@ func (s *Store) run() {
 	defer close(s.writerDone)
 	ops := make([]*op, 0, s.maxBatch)
 	for o := range s.ops {
-		ops = append(ops[:0], o)
+		ops = s.gather(append(ops[:0], o), runtime.Gosched)
+		s.runBatch(ops)
+		clear(ops)
+		s.ck.committed(&s.wc, s.wc.framesWritten(), len(s.ops) == 0 && s.updating.Load() == 0)
+	}
+}
+
+// maxGatherYields bounds how many times the writer yields to let callers
+// queue before it runs a batch.
+const maxGatherYields = 8
+
+// gather adds to ops what is queued, up to the batch size. When the queue
+// is empty it first yields, so that the callers that are about to queue
+// do so (a batch formed a moment later is larger, and a commit costs more
+// than an op), and it yields again as long as each yield brought more
+// (joins over HTTP arrive a few at a time, as their handlers get the CPU).
+// A lone caller costs one yield, as before. yield is runtime.Gosched
+// (a test's stand-in makes callers arrive).
+func (s *Store) gather(ops []*op, yield func()) []*op {
+	for range maxGatherYields {
 		if len(s.ops) == 0 {
-			// Let the callers that are about to queue do so: a batch formed
-			// a moment later is larger, and a commit costs more than an op.
-			runtime.Gosched()
+			yield()
 		}
+		n := len(ops)
 	fill:
 		for len(ops) < s.maxBatch {
 			select {
@@ -191,10 +209,11 @@ func (s *Store) run() {
 				break fill
 			}
 		}
-		s.runBatch(ops)
-		clear(ops)
-		s.ck.committed(&s.wc, s.wc.framesWritten(), len(s.ops) == 0 && s.updating.Load() == 0)
+		if len(ops) == n || len(ops) >= s.maxBatch {
+			break
+		}
 	}
+	return ops
 }
 
 func answer(o *op) { o.done <- struct{}{} }
