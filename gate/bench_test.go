@@ -42,6 +42,8 @@ func BenchmarkCheck(b *testing.B) {
 	}
 	b.Run("baseline-empty-echo", func(b *testing.B) { run(b, empty, "/empty") })
 	b.Run("check", func(b *testing.B) { run(b, sc.Handler, gatetest.BasePath+"/check") })
+	b.Run("healthz", func(b *testing.B) { run(b, sc.Handler, "/healthz") })
+	b.Run("global", func(b *testing.B) { run(b, sc.Handler, gatetest.BasePath+"/api/global") })
 }
 
 // BenchmarkJoinHandler measures a new session's join through the gate:
