@@ -165,8 +165,12 @@ func (l *multiLoad) worker(rng *rand.Rand, me int, mine []string) {
 			case err == nil && r.status == http.StatusNoContent:
 				delete(l.w.maybe, id)
 				l.w.released[id] = true
-			case err == nil || crashNotSent(err):
-				delete(l.w.maybe, id) // refused: nothing happened
+			case err == nil && r.status < 500 || crashNotSent(err):
+				// Refused: nothing happened. A 5xx stays a maybe: a
+				// release committed while the flush that acknowledges it
+				// failed (the database went down between the two) is a
+				// 503, yet the commit may survive the restart.
+				delete(l.w.maybe, id)
 			}
 			l.w.mu.Unlock()
 			if err != nil || r.status != http.StatusNoContent {
