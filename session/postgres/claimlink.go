@@ -10,15 +10,14 @@ import (
 var _ session.LinkClaimer = (*Store)(nil)
 
 // ClaimLink claims the promoted slot of id in gate for a claim link, when
-// session.DecideClaimLink allows it (the link's deadline is the row's
-// claim deadline) on the row read under the gate's row
-// lock, as a Touch with Claim (the same events), in one writer
-// transaction: of two instances visiting the same link at the same
-// instant, exactly one claims it. It returns the session as stored
-// afterwards.
+// session.DecideClaimLink allows it (the link's deadline is the row's claim
+// deadline) on the row read under the gate's row lock, as a Touch with
+// Claim (the same events), in one writer transaction: of two instances
+// visiting the same link at the same instant, exactly one claims it. It
+// returns the session as stored afterwards.
 //
-// Errors: session.ErrNotActive (claimed already, gone, never promoted,
-// or promoted again since the link's deadline);
+// Errors: session.ErrNotActive (claimed already, gone, never promoted, or
+// of another promotion than the link's);
 // session.ErrInvalidArgument for a malformed gate or id;
 // session.ErrUnavailable when the store is closed or the database cannot be
 // reached; the context's error; a session.CodeInternal error on storage

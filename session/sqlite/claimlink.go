@@ -10,13 +10,13 @@ import (
 var _ session.LinkClaimer = (*Store)(nil)
 
 // ClaimLink claims the promoted slot of id in gate for a claim link, when
-// session.DecideClaimLink allows it (the link's deadline is the row's
-// claim deadline) on the row as the writer has it, as a
-// Touch with Claim (the same events), in one writer transaction. It
-// returns the session as stored afterwards.
+// session.DecideClaimLink allows it (the link's deadline is the row's claim
+// deadline) on the row as the writer has it, as a Touch with Claim (the
+// same events), in one writer transaction. It returns the session as
+// stored afterwards.
 //
-// Errors: session.ErrNotActive (claimed already, gone, never promoted,
-// or promoted again since the link's deadline);
+// Errors: session.ErrNotActive (claimed already, gone, never promoted, or
+// of another promotion than the link's);
 // session.ErrInvalidArgument for a malformed gate or id;
 // session.ErrUnavailable after Close; the context's error when it is done
 // before the claim ran; a session.CodeInternal error on storage failure.
