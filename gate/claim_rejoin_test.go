@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -39,8 +37,7 @@ func TestBackendRejoinLeavesClaimToLink(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, s.ClaimDeadline.IsZero(), "nor in the store")
 
-	u, err := gate.BuildClaimURL(sc.Signer, sc.URL, gatetest.BasePath, "default", "b", time.Now().Add(time.Minute))
-	require.NoError(t, err)
+	u := claimURL(t, sc, "default", "b", s.ClaimDeadline)
 	status, body, _ = send(t, noRedirects, "GET", u, "")
 	assert.Equal(t, http.StatusSeeOther, status, body)
 	status, body, _ = send(t, noRedirects, "GET", u, "")

@@ -74,22 +74,27 @@ func (s *Server) notify(c echo.Context) error {
 // waits to be claimed claims it, sets the session's cookie and redirects
 // (303) to ?next= (a local path) or "/". A ticket that does not verify or
 // has expired is 401 invalid_ticket; a slot claimed already (or purged, or
-// never promoted) is 409 already_claimed.
+// never promoted, or promoted again since the link was issued: the ticket
+// names its promotion by the claim deadline) is 409 already_claimed.
 func (s *Server) claimLink(c echo.Context) error {
 	r := c.Request()
 	gate := s.gateOf(r, "")
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	id, ok, err := s.ticketSession(r, token.PurposeClaim, gate)
-	if err != nil {
-		return apiError(codeInvalidTicket, "claim link invalid or expired")
+	t := ""
+	if r.URL.RawQuery != "" {
+		t = r.URL.Query().Get("ticket")
 	}
-	if !ok {
+	if t == "" {
 		return apiError(codeInvalidTicket, "claim link without a ticket")
 	}
+	id, deadline, ok := s.opts.Signer.VerifyClaimTicket(t, gate)
+	if !ok {
+		return apiError(codeInvalidTicket, "claim link invalid or expired")
+	}
 	s.note(c, gate, id)
-	if err := s.opts.Waitlist.ClaimLink(r.Context(), gate, id); err != nil {
+	if err := s.opts.Waitlist.ClaimLink(r.Context(), gate, id, deadline); err != nil {
 		if errors.Is(err, session.ErrNotActive) {
 			return apiError(wire.CodeAlreadyClaimed, "this link was used already, or its slot is gone")
 		}
@@ -111,7 +116,8 @@ func (s *Server) claimLink(c echo.Context) error {
 // deadline (its claim deadline): publicURL (the origin at which visitors
 // reach the sidecar's base path, such as "https://shop.example.com"; empty
 // gives a path alone) + basePath + "/claim?gate=…&ticket=…". The ticket is a
-// token.PurposeClaim ticket, never the session token. It returns
+// token.PurposeClaim ticket, never the session token; it carries deadline
+// to the nanosecond, which binds the link to that promotion. It returns
 // Signer.ClaimTicket's error.
 func BuildClaimURL(signer *token.Signer, publicURL, basePath, gate, id string, deadline time.Time) (string, error) {
 	t, err := signer.ClaimTicket(gate, id, deadline)

@@ -21,14 +21,32 @@ import (
 
 const notifyKey = "notify-test-api-key-0123"
 
+// notifySidecar starts a sidecar whose signer (Sidecar.Signer, the gate's)
+// runs on the fake clock, as the claim deadlines its links carry do.
 func notifySidecar(t *testing.T) *gatetest.Sidecar {
 	cfg := gatetest.Gate("default", 1)
 	cfg.ClaimTimeout = time.Minute
 	cfg.NotifyClaimTimeout = 15 * time.Minute
-	return gatetest.StartSidecar(t, gatetest.Options{
+	var sc *gatetest.Sidecar
+	signer, err := token.NewSignerWithOptions([]byte(strings.Repeat("s", token.MinSecretLength)), token.Options{Now: func() time.Time { return sc.Clock.Now() }})
+	require.NoError(t, err)
+	sc = gatetest.StartSidecar(t, gatetest.Options{
 		Gates: []session.GateConfig{cfg, gatetest.Gate("other", 1)},
-		Gate:  func(o *gate.Options) { o.APIKeys = []string{notifyKey} },
+		Gate: func(o *gate.Options) {
+			o.APIKeys = []string{notifyKey}
+			o.Signer = signer
+		},
 	})
+	sc.Signer = signer
+	return sc
+}
+
+// claimURL is the claim link of id at gate for its claim deadline.
+func claimURL(t *testing.T, sc *gatetest.Sidecar, gateName, id string, deadline time.Time) string {
+	t.Helper()
+	u, err := gate.BuildClaimURL(sc.Signer, sc.URL, gatetest.BasePath, gateName, id, deadline)
+	require.NoError(t, err)
+	return u
 }
 
 func send(t *testing.T, c *http.Client, method, url, body string, header ...string) (int, string, http.Header) {
@@ -112,11 +130,9 @@ func TestClaimLink(t *testing.T) {
 	}
 	_, err := sc.Waitlist.SetNotify(ctx, "default", "b", true)
 	require.NoError(t, err)
-	link := func(gateName, id string) string {
-		u, err := gate.BuildClaimURL(sc.Signer, sc.URL, gatetest.BasePath, gateName, id, time.Now().Add(time.Minute))
-		require.NoError(t, err)
-		return u
-	}
+	// The deadline b's promotion will have.
+	deadline := sc.Clock.Now().Add(15 * time.Minute)
+	link := func(gateName, id string) string { return claimURL(t, sc, gateName, id, deadline) }
 	claim := sc.URL + gatetest.BasePath + "/claim"
 
 	// Before the promotion: nothing to claim.
@@ -135,13 +151,16 @@ func TestClaimLink(t *testing.T) {
 
 	wsTicket, err := sc.Signer.Ticket(token.PurposeWS, "default", "b")
 	require.NoError(t, err)
-	past, err := token.NewSignerWithOptions([]byte(strings.Repeat("s", token.MinSecretLength)), token.Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+	past, err := token.NewSignerWithOptions([]byte(strings.Repeat("s", token.MinSecretLength)), token.Options{Now: func() time.Time { return sc.Clock.Now().Add(-time.Hour) }})
 	require.NoError(t, err)
-	expired, err := past.ClaimTicket("default", "b", time.Now().Add(-time.Minute))
+	expired, err := past.ClaimTicket("default", "b", sc.Clock.Now().Add(-time.Minute))
 	require.NoError(t, err)
-	other, err := token.NewSigner([]byte(strings.Repeat("o", token.MinSecretLength)))
+	other, err := token.NewSignerWithOptions([]byte(strings.Repeat("o", token.MinSecretLength)), token.Options{Now: sc.Clock.Now})
 	require.NoError(t, err)
-	foreign, err := other.ClaimTicket("default", "b", time.Now().Add(time.Minute))
+	foreign, err := other.ClaimTicket("default", "b", deadline)
+	require.NoError(t, err)
+	// The claim ticket of the old format (whole seconds, the tickets' MAC).
+	legacy, err := sc.Signer.Ticket(token.PurposeLeave, "default", "b")
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name, url string
@@ -155,13 +174,16 @@ func TestClaimLink(t *testing.T) {
 		{"expired", claim + "?gate=default&ticket=" + expired, 401},
 		{"another key", claim + "?gate=default&ticket=" + foreign, 401},
 		{"tampered id", strings.Replace(link("default", "b"), ".b.", ".c.", 1), 401},
+		{"tampered deadline", claim + "?gate=default&ticket=" + strings.Replace(strings.TrimPrefix(link("default", "b"), claim+"?gate=default&ticket="), "000.", "001.", 1), 401},
+		{"a leave ticket", claim + "?gate=default&ticket=" + legacy, 401},
+		{"a link of another deadline", claimURL(t, sc, "default", "b", deadline.Add(time.Nanosecond)), 409},
 		{"someone else's waiting session", link("default", "c"), 409},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body, hdr := send(t, noRedirects, "GET", tc.url, "")
 			assert.Equal(t, tc.status, status, body)
 			assert.Empty(t, hdr.Values("Set-Cookie"))
-			assert.Error(t, sc.Waitlist.ClaimLink(ctx, "default", "c"), "nothing claimed by the way")
+			assert.Error(t, sc.Waitlist.ClaimLink(ctx, "default", "c", deadline), "nothing claimed by the way")
 		})
 	}
 	st, err := sc.Store.Get(ctx, "default", "b")
@@ -197,4 +219,57 @@ func TestClaimLink(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, st.ClaimDeadline.IsZero(), "claimed in the store at once")
 	require.NoError(t, sc.Waitlist.ValidateSessionIsActive("default", "b"))
+}
+
+// TestClaimLinkBoundToPromotion: the unexpired claim link of a called-back
+// session's first promotion does not claim its next one (released,
+// re-joined by name, promoted again within the same second): 409
+// already_claimed, no cookie, the slot left to its own link, which claims
+// it (303 and the cookie), once.
+func TestClaimLinkBoundToPromotion(t *testing.T) {
+	sc := notifySidecar(t)
+	ctx := context.Background()
+	promote := func(holder string) time.Time {
+		t.Helper()
+		for _, id := range []string{holder, "b"} {
+			_, err := sc.Waitlist.Join(ctx, "default", id)
+			require.NoError(t, err)
+		}
+		_, err := sc.Waitlist.SetNotify(ctx, "default", "b", true)
+		require.NoError(t, err)
+		sc.Clock.Advance(time.Millisecond)
+		require.NoError(t, sc.Waitlist.Release(ctx, "default", holder))
+		s, err := sc.Store.Get(ctx, "default", "b")
+		require.NoError(t, err)
+		require.Equal(t, session.StatusActive, s.Status)
+		require.False(t, s.ClaimDeadline.IsZero(), "promoted, unclaimed")
+		return s.ClaimDeadline
+	}
+	first := promote("in")
+	oldLink := claimURL(t, sc, "default", "b", first)
+	require.NoError(t, sc.Waitlist.Release(ctx, "default", "b"))
+	second := promote("in2")
+	newLink := claimURL(t, sc, "default", "b", second)
+	require.Equal(t, first.Unix(), second.Unix(), "both deadlines in the same second")
+	require.NotEqual(t, oldLink, newLink)
+
+	for range 2 { // the stale link does not use up the slot's link either
+		status, body, hdr := send(t, noRedirects, "GET", oldLink, "")
+		assert.Equal(t, http.StatusConflict, status, body)
+		assert.Contains(t, body, "already_claimed")
+		assert.Empty(t, hdr.Values("Set-Cookie"))
+		s, err := sc.Store.Get(ctx, "default", "b")
+		require.NoError(t, err)
+		assert.Equal(t, second, s.ClaimDeadline, "still unclaimed")
+	}
+
+	status, body, hdr := send(t, noRedirects, "GET", newLink, "")
+	require.Equal(t, http.StatusSeeOther, status, body)
+	assert.Contains(t, hdr.Get("Set-Cookie"), "anteroom_session=")
+	s, err := sc.Store.Get(ctx, "default", "b")
+	require.NoError(t, err)
+	assert.True(t, s.ClaimDeadline.IsZero(), "claimed")
+	status, body, _ = send(t, noRedirects, "GET", newLink, "")
+	assert.Equal(t, http.StatusConflict, status, "the link claims once")
+	assert.Contains(t, body, "already_claimed")
 }

@@ -13,14 +13,15 @@ import (
 
 // LinkClaimer is the part of a Store that claims a slot for a claim link.
 type LinkClaimer interface {
-	// ClaimLink runs DecideClaimLink for id in gate at now, on the row read
-	// under the gate's lock, and when it allows, claims the slot as a Touch
-	// with Claim does (the same events: an EventRefreshed with Claimed,
-	// history and webhook rows), in that one transaction. It returns the
-	// session as stored afterwards. Errors: ErrNotActive (the slot was
-	// claimed already, is gone, or was never promoted; nothing changed),
-	// ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
-	ClaimLink(ctx context.Context, gate, id string, now time.Time) (Session, error)
+	// ClaimLink runs DecideClaimLink for id in gate, the link's deadline
+	// and now, on the row read under the gate's lock, and when it allows,
+	// claims the slot as a Touch with Claim does (the same events: an
+	// EventRefreshed with Claimed, history and webhook rows), in that one
+	// transaction. It returns the session as stored afterwards. Errors:
+	// ErrNotActive (the slot was claimed already, is gone, was never
+	// promoted, or is of another promotion than the link's; nothing
+	// changed), ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
+	ClaimLink(ctx context.Context, gate, id string, deadline, now time.Time) (Session, error)
 }
 
 // LinkOnly reports whether only a claim link may claim s's slot: a
@@ -32,24 +33,30 @@ func LinkOnly(s Session) bool {
 
 // DecideClaimLink decides a claim link's visit at now for the stored row
 // (nil when absent): only an active session whose slot waits to be claimed
-// (ClaimDeadline set, not past) may be claimed, else ErrNotActive. The claim
-// itself is DecideTouch's with Claim.
-func DecideClaimLink(existing *Session, now time.Time) (Outcome, error) {
-	if existing == nil || existing.Status != StatusActive || existing.ClaimDeadline.IsZero() || !now.Before(existing.ClaimDeadline) {
+// (ClaimDeadline set, not past) may be claimed, and only by the link of
+// that promotion: deadline, the one the link carries, must be the
+// session's ClaimDeadline to the nanosecond (a link of an earlier promotion
+// of the same session id is refused as a used one). Else ErrNotActive. The
+// claim itself is DecideTouch's with Claim.
+func DecideClaimLink(existing *Session, deadline, now time.Time) (Outcome, error) {
+	if existing == nil || existing.Status != StatusActive || existing.ClaimDeadline.IsZero() ||
+		!existing.ClaimDeadline.Equal(deadline) || !now.Before(existing.ClaimDeadline) {
 		return Outcome{Action: ActionNone}, ErrNotActive
 	}
 	return DecideTouch(existing, Touch{ID: existing.ID, LastActive: now, Claim: true}), nil
 }
 
 // ClaimLink claims a promoted, unclaimed slot on behalf of a claim link's
-// first visit. It returns nil to exactly one caller per promotion, across
-// every instance sharing the Store: the Store decides in its transaction
-// (LinkClaimer), and the claim is written at once (so it survives a crash
-// and the claimed webhook goes out). Errors: ErrUnknownGate,
-// ErrInvalidArgument, ErrNotActive when the session is not active or was
-// already claimed (on any instance), ErrUnavailable, or the Store's (then
-// nothing was claimed and the link may be visited again).
-func (w *Waitlist) ClaimLink(ctx context.Context, gate, id string) error {
+// first visit; deadline is the claim deadline the link carries, which binds
+// it to one promotion. It returns nil to exactly one caller per promotion,
+// across every instance sharing the Store: the Store decides in its
+// transaction (LinkClaimer), and the claim is written at once (so it
+// survives a crash and the claimed webhook goes out). Errors:
+// ErrUnknownGate, ErrInvalidArgument, ErrNotActive when the session is not
+// active, was already claimed (on any instance), or its slot is of another
+// promotion than the link's, ErrUnavailable, or the Store's (then nothing
+// was claimed and the link may be visited again).
+func (w *Waitlist) ClaimLink(ctx context.Context, gate, id string, deadline time.Time) error {
 	g, err := w.writable(gate, id)
 	if err != nil {
 		return err
@@ -64,13 +71,16 @@ func (w *Waitlist) ClaimLink(ctx context.Context, gate, id string) error {
 	if e == nil {
 		return Errorf(CodeNotActive, "session %q of gate %q has no slot waiting to be claimed", id, gate)
 	}
-	deadline := e.claimDeadline.Swap(0) // one visit of this instance asks the Store
-	if deadline == 0 {
-		return Errorf(CodeNotActive, "session %q of gate %q has no slot waiting to be claimed", id, gate)
+	// One visit of this instance asks the Store, and only with the link of
+	// the promotion memory holds (a stale link leaves the slot to the
+	// right one).
+	want := deadline.UnixNano()
+	if deadline.IsZero() || want == 0 || !e.claimDeadline.CompareAndSwap(want, 0) {
+		return Errorf(CodeNotActive, "session %q of gate %q has no slot waiting to be claimed by this link", id, gate)
 	}
-	if _, err := w.store.ClaimLink(ctx, gate, id, now); err != nil {
+	if _, err := w.store.ClaimLink(ctx, gate, id, deadline, now); err != nil {
 		if CodeOf(err) != CodeNotActive {
-			e.claimDeadline.CompareAndSwap(0, deadline) // not claimed: the link may be visited again
+			e.claimDeadline.CompareAndSwap(0, want) // not claimed: the link may be visited again
 		}
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/anteroomhq/anteroom/session"
@@ -14,9 +15,17 @@ import (
 // claims the promoted slot of a session that was called back (notify).
 const PurposeClaim = "claim"
 
+// claimDomain is the MAC domain of a claim ticket. It differs from other
+// tickets' ("t1") because a claim ticket's expiry is in nanoseconds: no
+// claim ticket verifies as another ticket, nor the reverse.
+const claimDomain = "c2"
+
 // ClaimTicket returns a PurposeClaim ticket for session id at gate that
 // expires at exp (the session's claim deadline), so that a claim link never
-// carries the session token and dies with the claim window. It is
+// carries the session token and dies with the claim window. The ticket is
+// "<exp>.<id>.<mac>" with exp in unix nanoseconds, so that it names one
+// promotion (its claim deadline exactly, as VerifyClaimTicket returns it),
+// and the MAC of "c2\x00claim\x00<gate>\x00<id>\x00<exp>". It is
 // deterministic: the same arguments give the same ticket (a webhook retried
 // carries the same link). It returns an error for an invalid session id or
 // gate name, or an expiry not in the future.
@@ -24,11 +33,40 @@ func (s *Signer) ClaimTicket(gate, id string, exp time.Time) (string, error) {
 	if !session.ValidID(id) || !session.ValidGateName(gate) {
 		return "", errors.New("token: invalid session id or gate")
 	}
-	e := exp.Unix()
-	if !exp.After(s.now()) || e <= 0 {
-		return "", errors.New("token: claim ticket expiry not in the future")
+	e := exp.UnixNano()
+	if !exp.After(s.now()) || e <= 0 || !time.Unix(0, e).Equal(exp) {
+		return "", errors.New("token: claim ticket expiry not in the future, or out of range")
 	}
 	es := strconv.FormatInt(e, 10)
 	var sum [sha256.Size]byte
-	return es + "." + id + "." + base64.RawURLEncoding.EncodeToString(s.cur.sum(sum[:0], "t1", PurposeClaim, gate, id, es)), nil
+	return es + "." + id + "." + base64.RawURLEncoding.EncodeToString(s.cur.sum(sum[:0], claimDomain, PurposeClaim, gate, id, es)), nil
+}
+
+// VerifyClaimTicket returns the session id and the claim deadline (to the
+// nanosecond) a claim ticket names, and false unless it was issued by
+// ClaimTicket for gate under the current secret and has not expired.
+func (s *Signer) VerifyClaimTicket(ticket, gate string) (string, time.Time, bool) {
+	if len(ticket) > MaxLength {
+		return "", time.Time{}, false
+	}
+	exp, rest, ok := strings.Cut(ticket, ".")
+	if !ok {
+		return "", time.Time{}, false
+	}
+	id, mac, ok := strings.Cut(rest, ".")
+	if !ok || !session.ValidID(id) {
+		return "", time.Time{}, false
+	}
+	e, ok := parseExp(exp)
+	if !ok {
+		return "", time.Time{}, false
+	}
+	deadline := time.Unix(0, e)
+	if !s.now().Before(deadline) {
+		return "", time.Time{}, false
+	}
+	if !s.cur.verify(mac, claimDomain, PurposeClaim, gate, id, exp) {
+		return "", time.Time{}, false
+	}
+	return id, deadline, true
 }

@@ -236,9 +236,10 @@ func (s *Signer) Ticket(purpose, gate, id string) (string, error) {
 
 // VerifyTicket returns the session id a ticket names, and false unless it was
 // issued for this purpose and gate under the current secret and has not
-// expired.
+// expired. A claim ticket (PurposeClaim) never verifies here: see
+// VerifyClaimTicket.
 func (s *Signer) VerifyTicket(ticket, purpose, gate string) (string, bool) {
-	if len(ticket) > MaxLength {
+	if len(ticket) > MaxLength || purpose == PurposeClaim {
 		return "", false
 	}
 	exp, rest, ok := strings.Cut(ticket, ".")

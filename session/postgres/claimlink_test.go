@@ -25,8 +25,10 @@ func TestClaimLinkOnceAcrossInstances(t *testing.T) {
 	cfg.ClaimTimeout = time.Minute
 	cfg.NotifyClaimTimeout = 15 * time.Minute
 	var wls [2]*session.Waitlist
+	var store session.Store
 	for i := range wls {
 		s := open(t, url, quiet)
+		store = s
 		t.Cleanup(func() { _ = s.Close() })
 		w, err := session.New(ctx, s, []session.GateConfig{cfg}, session.Options{TouchInterval: -1, Logger: quiet.Logger})
 		require.NoError(t, err)
@@ -48,13 +50,16 @@ func TestClaimLinkOnceAcrossInstances(t *testing.T) {
 				return w.ValidateSessionIsActive(multiGate, waiter) == nil // read-only: claims nothing
 			}, 10*time.Second, 5*time.Millisecond, "both instances hold the promotion")
 		}
+		row, err := store.Get(ctx, multiGate, waiter)
+		require.NoError(t, err)
+		require.False(t, row.ClaimDeadline.IsZero(), "promoted, unclaimed")
 		var wg sync.WaitGroup
 		errs := make([]error, 4)
 		for i := range errs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = wls[i%2].ClaimLink(ctx, multiGate, waiter)
+				errs[i] = wls[i%2].ClaimLink(ctx, multiGate, waiter, row.ClaimDeadline)
 			}()
 		}
 		wg.Wait()

@@ -27,14 +27,18 @@ func testClaimLinkOnce(t *testing.T, open Opener) {
 	notActive := func(id string, msg string) {
 		t.Helper()
 		mark := h.mark()
-		_, err := h.store.ClaimLink(h.ctx, gateName, id, h.clock.Now())
+		deadline := h.clock.Now().Add(cfg.NotifyClaimTimeout) // a link's, for a slot with none
+		if s, err := h.store.Get(h.ctx, gateName, id); err == nil && !s.ClaimDeadline.IsZero() {
+			deadline = s.ClaimDeadline // the right link's
+		}
+		_, err := h.store.ClaimLink(h.ctx, gateName, id, deadline, h.clock.Now())
 		assert.ErrorIs(t, err, session.ErrNotActive, msg)
 		assert.Empty(t, h.eventsSince(mark), "%s: nothing changed", msg)
 	}
 	notActive("a", "a direct admission has no slot to claim")
 	notActive("b", "a waiter has no slot to claim")
 	notActive("nobody", "an absent session")
-	_, err := h.store.ClaimLink(h.ctx, gateName, "bad id!", h.clock.Now())
+	_, err := h.store.ClaimLink(h.ctx, gateName, "bad id!", h.clock.Now().Add(time.Minute), h.clock.Now())
 	assert.ErrorIs(t, err, session.ErrInvalidArgument)
 
 	h.clock.Advance(time.Second)
@@ -51,7 +55,7 @@ func testClaimLinkOnce(t *testing.T, open Opener) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = h.store.ClaimLink(h.ctx, gateName, "b", h.clock.Now())
+			_, errs[i] = h.store.ClaimLink(h.ctx, gateName, "b", b.ClaimDeadline, h.clock.Now())
 		}()
 	}
 	wg.Wait()
@@ -82,6 +86,66 @@ func testClaimLinkOnce(t *testing.T, open Opener) {
 	require.False(t, c.ClaimDeadline.IsZero())
 	h.clock.Set(c.ClaimDeadline)
 	notActive("c", "at its deadline the slot is gone")
+}
+
+// testClaimLinkBoundToPromotion checks that a claim link claims only the
+// promotion it was issued for: a session promoted, released, re-joined by
+// name and promoted again a millisecond later refuses the first
+// promotion's link (unexpired) and any deadline but its own, changing
+// nothing, and takes its own link once.
+func testClaimLinkBoundToPromotion(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := notifyConfig(1)
+	promote := func(holder string) session.Session {
+		t.Helper()
+		h.join(cfg, holder)
+		h.join(cfg, "b")
+		h.setNotify(cfg, "b", true)
+		h.clock.Advance(time.Millisecond)
+		h.release(cfg, holder)
+		b := h.mustGet(gateName, "b")
+		require.Equal(t, session.StatusActive, b.Status)
+		require.False(t, b.ClaimDeadline.IsZero(), "promoted, unclaimed")
+		return b
+	}
+	first := promote("a")
+	h.clock.Advance(time.Millisecond)
+	h.release(cfg, "b") // never claimed; then re-joined by name
+	h.clock.Advance(time.Millisecond)
+	second := promote("c")
+	require.True(t, second.ClaimDeadline.After(first.ClaimDeadline))
+	require.True(t, h.clock.Now().Before(first.ClaimDeadline), "the first link has not expired")
+	require.Equal(t, first.ClaimDeadline.Unix(), second.ClaimDeadline.Unix(), "both deadlines in the same second")
+
+	for _, tc := range []struct {
+		name     string
+		deadline time.Time
+	}{
+		{"the first promotion's link", first.ClaimDeadline},
+		{"a nanosecond early", second.ClaimDeadline.Add(-time.Nanosecond)},
+		{"a nanosecond late", second.ClaimDeadline.Add(time.Nanosecond)},
+		{"the second, truncated to the second", second.ClaimDeadline.Truncate(time.Second)},
+		{"no deadline", time.Time{}},
+	} {
+		mark := h.mark()
+		_, err := h.store.ClaimLink(h.ctx, gateName, "b", tc.deadline, h.clock.Now())
+		assert.ErrorIs(t, err, session.ErrNotActive, tc.name)
+		assert.Empty(t, h.eventsSince(mark), "%s: nothing changed", tc.name)
+		assertTime(t, second.ClaimDeadline, h.mustGet(gateName, "b").ClaimDeadline, "%s: still unclaimed", tc.name)
+	}
+	mark := h.mark()
+	got, err := h.store.ClaimLink(h.ctx, gateName, "b", second.ClaimDeadline, h.clock.Now())
+	require.NoError(t, err, "the second promotion's link claims it")
+	assert.True(t, got.ClaimDeadline.IsZero(), "claimed")
+	claims := 0
+	for _, ev := range h.eventsSince(mark) {
+		if ev.Claimed {
+			claims++
+		}
+	}
+	assert.Equal(t, 1, claims, "one claim recorded")
+	_, err = h.store.ClaimLink(h.ctx, gateName, "b", second.ClaimDeadline, h.clock.Now())
+	assert.ErrorIs(t, err, session.ErrNotActive, "once")
 }
 
 // testJoinLeavesLinkClaim checks that a join naming a promoted, called-back
@@ -116,7 +180,7 @@ func testJoinLeavesLinkClaim(t *testing.T, open Opener) {
 	assertTime(t, h.clock.Now(), again.LastActive, "and is a sign of life")
 	assert.Zero(t, claims(mark), "no claim reported")
 	assertTime(t, b.ClaimDeadline, h.mustGet(gateName, "b").ClaimDeadline, "as stored")
-	_, err := h.store.ClaimLink(h.ctx, gateName, "b", h.clock.Now())
+	_, err := h.store.ClaimLink(h.ctx, gateName, "b", b.ClaimDeadline, h.clock.Now())
 	require.NoError(t, err, "the link still claims it")
 
 	// c is not called back: its re-join claims.
@@ -152,7 +216,7 @@ func testClaimOutputsOnce(t *testing.T, open Opener) {
 			require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: "byTouch", LastActive: h.clock.Now(), Claim: true}}))
 		},
 		"byLink": func() {
-			_, err := h.store.ClaimLink(h.ctx, gateName, "byLink", h.clock.Now())
+			_, err := h.store.ClaimLink(h.ctx, gateName, "byLink", h.mustGet(gateName, "byLink").ClaimDeadline, h.clock.Now())
 			require.NoError(t, err)
 		},
 	}

@@ -1,0 +1,85 @@
+package token_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/gate/token"
+)
+
+// A claim ticket names its promotion: the claim deadline to the
+// nanosecond, which VerifyClaimTicket gives back; it expires at that
+// deadline and verifies as no other ticket, nor any other as it.
+func TestClaimTicketCarriesItsDeadline(t *testing.T) {
+	s := newSigner(t, "k")
+	deadline := epoch.Add(15*time.Minute + 123456789*time.Nanosecond)
+	tk, err := s.ClaimTicket("g", "b", deadline)
+	require.NoError(t, err)
+	assert.Equal(t, strconv.FormatInt(deadline.UnixNano(), 10)+".b.", tk[:strings.LastIndexByte(tk, '.')+1], "<exp ns>.<id>.<mac>")
+	again, err := s.ClaimTicket("g", "b", deadline.In(time.FixedZone("x", 3600)))
+	require.NoError(t, err)
+	assert.Equal(t, tk, again, "deterministic: a retried webhook carries the same link")
+
+	id, got, ok := s.VerifyClaimTicket(tk, "g")
+	require.True(t, ok)
+	assert.Equal(t, "b", id)
+	assert.True(t, deadline.Equal(got), "the deadline to the nanosecond")
+
+	other, err := s.ClaimTicket("g", "b", deadline.Add(time.Millisecond))
+	require.NoError(t, err)
+	assert.NotEqual(t, tk, other, "another promotion, another ticket")
+
+	ws, err := s.Ticket(token.PurposeWS, "g", "b")
+	require.NoError(t, err)
+	leave, err := s.Ticket(token.PurposeLeave, "g", "b")
+	require.NoError(t, err)
+	at := func(now time.Time) *token.Signer {
+		v, err := token.NewSignerWithOptions(secretOf("k"), token.Options{Now: func() time.Time { return now }})
+		require.NoError(t, err)
+		return v
+	}
+	exp, _, _ := strings.Cut(tk, ".")
+	for _, tc := range []struct {
+		name, ticket, gate string
+		signer             *token.Signer
+	}{
+		{"another gate", tk, "h", s},
+		{"at its deadline", tk, "g", at(deadline)},
+		{"another key", tk, "g", newSigner(t, "o")},
+		{"deadline moved a nanosecond", strings.Replace(tk, exp, strconv.FormatInt(deadline.UnixNano()+1, 10), 1), "g", s},
+		{"deadline in seconds", strings.Replace(tk, exp, strconv.FormatInt(deadline.Unix()+1, 10), 1), "g", s},
+		{"another id", strings.Replace(tk, ".b.", ".c.", 1), "g", s},
+		{"a websocket ticket", ws, "g", s},
+		{"a leave ticket", leave, "g", s},
+		{"a session token", mustSign(t, s, "b"), "g", s},
+		{"leading zero", "0" + tk, "g", s},
+		{"empty", "", "g", s},
+		{"too long", strings.Repeat("1", token.MaxLength+1), "g", s},
+	} {
+		_, _, ok := tc.signer.VerifyClaimTicket(tc.ticket, tc.gate)
+		assert.False(t, ok, tc.name)
+	}
+	_, _, ok = at(deadline.Add(-time.Nanosecond)).VerifyClaimTicket(tk, "g")
+	assert.True(t, ok, "valid until its deadline")
+	_, ok = s.VerifyTicket(tk, token.PurposeClaim, "g")
+	assert.False(t, ok, "VerifyTicket never takes a claim ticket")
+	_, ok = s.VerifyTicket(tk, token.PurposeWS, "g")
+	assert.False(t, ok)
+
+	for _, bad := range []time.Time{epoch, epoch.Add(-time.Second), {}, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		_, err := s.ClaimTicket("g", "b", bad)
+		assert.Error(t, err, "expiry %v", bad)
+	}
+}
+
+func mustSign(t *testing.T, s *token.Signer, id string) string {
+	t.Helper()
+	tok, err := s.Sign(id)
+	require.NoError(t, err)
+	return tok
+}
