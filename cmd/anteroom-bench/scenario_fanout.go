@@ -131,11 +131,6 @@ func (b *bench) fanout(ctx context.Context) ([]Result, error) {
 	// round times the raw loop first, then the hub, each with its own N
 	// sockets: one set is closed before the other opens (each process may
 	// hold 20,000 files).
-	joiner, err := dialRaw(ctx, addr, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer joiner.Close()
 	joinReq := fmt.Appendf(nil, "POST %s/api/join HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n\r\n", basePath, addr)
 	var lasts, medians, joinMs, serverMs, rawLasts, rawMedians []float64
 	var mem1 memReading
@@ -214,7 +209,15 @@ func (b *bench) fanout(ctx context.Context) ([]Result, error) {
 				}
 			}
 		}
+		// A fresh connection for the join: the server may have closed an
+		// idle one while the baseline ran.
+		joiner, err := dialRaw(ctx, addr, nil)
+		if err != nil {
+			f.close()
+			return nil, err
+		}
 		last, median, joinDone, serverAt, err := b.fanoutChange(ctx, f, addr, joiner, joinReq, n)
+		_ = joiner.Close()
 		closedEarly = f.closed.Load()
 		f.close()
 		if err != nil {
