@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -362,7 +363,7 @@ func TestFanoutComparesWithARawWriteLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the fanout scenario: a server child, a baseline child and 2 x 300 sockets")
 	}
-	var out bytes.Buffer
+	var out lockedBuffer // the children's stderr is copied into it as the bench logs
 	b := &bench{cfg: config{smoke: true}, log: &out}
 	b.cfg.fillDefaults()
 	b.cfg.fanoutRepeat = 2
@@ -384,6 +385,25 @@ func TestFanoutComparesWithARawWriteLoop(t *testing.T) {
 	assert.Equal(t, checkRatioMax, r.Check)
 	assert.InDelta(t, 1.1, r.Want, 0)
 	assert.Contains(t, r.Note, "raw write loop")
+}
+
+// lockedBuffer is a bytes.Buffer safe for the bench's log and the copying
+// of its children's stderr at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // The baseline's frame is what a server sends: unmasked text, with the
