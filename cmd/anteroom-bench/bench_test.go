@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -9,6 +10,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -352,4 +354,67 @@ func TestHTTPScenariosCompareWithHealthzOnAServerChild(t *testing.T) {
 	assert.Contains(t, metrics[2], "/api/global")
 	assert.InDelta(t, 0.95, res[0].Want, 0)
 	assert.InDelta(t, 0.95, res[2].Want, 0)
+}
+
+// The fanout scenario, at smoke size, compares the hub with a raw write loop
+// in the same run: the row is there with a positive baseline and its ratio
+// target, beside the absolute time and the memory rows.
+func TestFanoutComparesWithARawWriteLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the fanout scenario: a server child, a baseline child and 2 x 300 sockets")
+	}
+	var out lockedBuffer // the children's stderr is copied into it as the bench logs
+	b := &bench{cfg: config{smoke: true}, log: &out}
+	b.cfg.fillDefaults()
+	b.cfg.fanoutRepeat = 2
+	res, err := b.run(context.Background(), "fanout")
+	require.NoError(t, err, out.String())
+	metrics := map[string]Result{}
+	for _, r := range res {
+		metrics[r.Metric] = r
+	}
+	for _, m := range []string{"state change -> last of N sockets", "server memory/socket (HeapInuse+StackInuse)", "server memory/socket (VmRSS)"} {
+		assert.Contains(t, metrics, m)
+	}
+	r, ok := metrics["state change -> last of N sockets vs a raw write loop"]
+	require.True(t, ok, "the raw write loop row: %v", res)
+	require.NotNil(t, r.Baseline)
+	require.NotNil(t, r.Ratio)
+	assert.Positive(t, *r.Baseline)
+	assert.Positive(t, r.Value)
+	assert.Equal(t, checkRatioMax, r.Check)
+	assert.InDelta(t, 1.1, r.Want, 0)
+	assert.Contains(t, r.Note, "raw write loop")
+}
+
+// lockedBuffer is a bytes.Buffer safe for the bench's log and the copying
+// of its children's stderr at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The baseline's frame is what a server sends: unmasked text, with the
+// length in 7, 16 or 64 bits, and the client's parser reads it back.
+func TestWSTextFrameParsesBack(t *testing.T) {
+	for _, n := range []int{0, 125, 126, 300, 65535, 65536} {
+		p := bytes.Repeat([]byte{'x'}, n)
+		frame := wsTextFrame(p)
+		ws := &wsClient{br: bufio.NewReader(bytes.NewReader(frame))}
+		got, err := ws.next()
+		require.NoError(t, err, n)
+		assert.Equal(t, string(p), string(got), n)
+	}
 }

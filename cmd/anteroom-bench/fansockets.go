@@ -20,6 +20,10 @@ import (
 // reception of the armed mark (fanMark): what the fan-out scenario and its
 // per-instance client processes (wsworker.go) both measure.
 type fanSockets struct {
+	// raw: the sockets are plain connections to the raw fan-out baseline
+	// (rawfan.go), no handshake and no session; the reader is the same.
+	raw bool
+
 	current         atomic.Pointer[fanMark]
 	initial, closed atomic.Int64
 
@@ -43,16 +47,20 @@ func (f *fanSockets) open(ctx context.Context, addr string, signer *token.Signer
 				if i >= n || dialErr.Load() != nil || ctx.Err() != nil {
 					return
 				}
-				tok, err := signer.Sign(prefix + strconv.Itoa(i))
-				if err != nil {
-					dialErr.CompareAndSwap(nil, &err)
-					return
+				dial := func(local net.Addr) (*wsClient, error) { return dialFrames(ctx, addr, local) }
+				if !f.raw {
+					tok, err := signer.Sign(prefix + strconv.Itoa(i))
+					if err != nil {
+						dialErr.CompareAndSwap(nil, &err)
+						return
+					}
+					path := basePath + "/ws?gate=" + gateName + "&session=" + tok
+					dial = func(local net.Addr) (*wsClient, error) { return dialWS(ctx, addr, path, local) }
 				}
-				path := basePath + "/ws?gate=" + gateName + "&session=" + tok
 				local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%ips))}
-				ws, err := dialWS(ctx, addr, path, local)
+				ws, err := dial(local)
 				if errors.Is(err, syscall.EADDRNOTAVAIL) { // 127.0.0.x not configured (not Linux)
-					ws, err = dialWS(ctx, addr, path, nil)
+					ws, err = dial(nil)
 				}
 				if err != nil {
 					err = fmt.Errorf("socket %d: %w", i, err)

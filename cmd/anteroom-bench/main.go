@@ -125,6 +125,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&c.abandonSeed, "abandon-seed", 1, "abandon: seed of the population's random draws")
 	c.pg.flags(fs)
 	serve := fs.Bool("serve", false, "internal: run as the fanout server child")
+	serveRaw := fs.Bool("serve-rawfan", false, "internal: run as the fanout's raw write loop baseline child")
 	serveDir := fs.String("serve-dir", "", "internal: database directory of the -serve child")
 	serveSecret := fs.String("serve-secret", "", "internal: hex token secret of the -serve child")
 	var cc childConfig
@@ -157,6 +158,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		wc.secretHex, wc.ips, wc.cpuProfile = *serveSecret, c.fanoutIPs, c.cpuProfile
 		if err := wsWorker(wc, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(stderr, "anteroom-bench -ws-worker:", err)
+			return 1
+		}
+		return 0
+	}
+	if *serveRaw {
+		if err := serveRawFan(os.Stdout); err != nil {
+			fmt.Fprintln(stderr, "anteroom-bench -serve-rawfan:", err)
 			return 1
 		}
 		return 0

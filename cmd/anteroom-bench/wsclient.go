@@ -23,16 +23,9 @@ type wsClient struct {
 }
 
 func dialWS(ctx context.Context, addr, path string, local net.Addr) (*wsClient, error) {
-	d := net.Dialer{LocalAddr: local, Timeout: 10 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := dialStamped(ctx, addr, local)
 	if err != nil {
 		return nil, err
-	}
-	// Stamps from the start: the kernel stamps only what arrives after.
-	if sc, ok := c.(syscall.Conn); ok && rawRecvSupported {
-		if rc, err := sc.SyscallConn(); err == nil {
-			_ = rc.Control(func(fd uintptr) { enableStamps(fd) })
-		}
 	}
 	ws := &wsClient{c: c, br: bufio.NewReaderSize(c, 1024)}
 	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr +
@@ -63,6 +56,22 @@ func dialWS(ctx context.Context, addr, path string, local net.Addr) (*wsClient, 
 	}
 	_ = c.SetDeadline(time.Time{})
 	return ws, nil
+}
+
+// dialStamped dials addr from local with the kernel's reception stamps on.
+func dialStamped(ctx context.Context, addr string, local net.Addr) (net.Conn, error) {
+	d := net.Dialer{LocalAddr: local, Timeout: 10 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	// Stamps from the start: the kernel stamps only what arrives after.
+	if sc, ok := c.(syscall.Conn); ok && rawRecvSupported {
+		if rc, err := sc.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { enableStamps(fd) })
+		}
+	}
+	return c, nil
 }
 
 func (ws *wsClient) Close() error { return ws.c.Close() }
