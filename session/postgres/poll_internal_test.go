@@ -107,6 +107,9 @@ func TestPollLeavesAnOwnCommitToItsWriter(t *testing.T) {
 	require.NoError(t, err)
 	seen := recordEvents(a)
 	reached, release := paused(a)
+	var released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	defer free() // a failed assertion must not leave the writer paused
 	joined := make(chan error, 1)
 	go func() {
 		_, err := a.Join(ctx, cfg, "mine", time.Now())
@@ -117,7 +120,7 @@ func TestPollLeavesAnOwnCommitToItsWriter(t *testing.T) {
 	require.Eventually(t, func() bool { return a.polls.Load() >= polls+5 }, 10*time.Second, time.Millisecond, "the follower polls")
 	kinds, _ := seen.of("mine")
 	assert.Empty(t, kinds, "the poll took the writer's commit before its flush")
-	close(release)
+	free()
 	require.NoError(t, <-joined)
 	kinds, remote := seen.of("mine")
 	assert.Equal(t, []session.EventKind{session.EventActivated}, kinds)
