@@ -321,8 +321,9 @@ func (s *Store) wake() {
 }
 
 func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
+	p := s.newPoller()
 	for {
-		n, err := c.WaitForNotification(ctx)
+		n, err := s.nextNotification(ctx, c, p)
 		if err != nil {
 			return err
 		}

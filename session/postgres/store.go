@@ -98,6 +98,9 @@ type Options struct {
 	// row stays locked through the WAL flush (durable.go). By default the
 	// writer commits asynchronously and flushes before it answers.
 	SynchronousCommit bool
+	// FollowPoll is how often the follower reads every gate's seq, to apply
+	// a commit whose announcement never came (poll.go). Default 2s.
+	FollowPoll time.Duration
 }
 
 const (
@@ -166,6 +169,11 @@ type Store struct {
 	async       bool
 	own         ownSeqs
 	afterCommit func(*pgx.Conn)
+
+	// followPoll, polls and unannounced: the follower's poll (poll.go).
+	followPoll  time.Duration
+	polls       atomic.Int64
+	unannounced atomic.Int64
 }
 
 var _ session.Store = (*Store)(nil)
@@ -200,6 +208,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.ReconnectDelay <= 0 {
 		opts.ReconnectDelay = defaultReconnect
 	}
+	if opts.FollowPoll <= 0 {
+		opts.FollowPoll = defaultFollowPoll
+	}
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, session.Errorf(session.CodeInvalidArgument, "postgres: open: %w", redact(err))
@@ -223,6 +234,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		lb:        make(map[string]int64),
 		noHistory: opts.DisableHistory,
 	}
+	s.followPoll = opts.FollowPoll
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	s.wakeChannel = "anteroom_wake_" + hex.EncodeToString(nonce[:])
