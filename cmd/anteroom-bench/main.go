@@ -36,7 +36,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -196,21 +195,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	if c.cpuProfile != "" {
-		f, err := os.Create(c.cpuProfile)
-		if err != nil {
-			fmt.Fprintln(stderr, "anteroom-bench:", err)
-			return 1
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(stderr, "anteroom-bench:", err)
-			return 1
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}()
+	stopProfile, err := startCPUProfile(c.cpuProfile)
+	if err != nil {
+		fmt.Fprintln(stderr, "anteroom-bench:", err)
+		return 1
 	}
+	defer stopProfile()
 
 	raiseFileLimit()
 	b := &bench{cfg: c, log: &lockedWriter{w: stderr}}

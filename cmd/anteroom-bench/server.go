@@ -405,19 +405,11 @@ func serveChild(cc childConfig, out, errOut io.Writer) error {
 	if dir == "" && cc.database == "" {
 		return errors.New("-serve-dir or -serve-database is required")
 	}
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}()
+	stopProfile, err := startCPUProfile(cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	secret, err := hex.DecodeString(secretHex)
 	if err != nil {
 		return fmt.Errorf("-serve-secret: %w", err)

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -47,19 +45,11 @@ type wsWorkerConfig struct {
 // It stops when its input closes.
 func wsWorker(wc wsWorkerConfig, in io.Reader, out io.Writer) error {
 	raiseFileLimit()
-	if wc.cpuProfile != "" {
-		f, err := os.Create(wc.cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}()
+	stopProfile, err := startCPUProfile(wc.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if wc.n <= 0 || wc.addr == "" {
 		return errors.New("-ws-addr and -ws-n are required")
 	}
