@@ -300,21 +300,9 @@ func (s *Store) attempt(ctx context.Context, c *pgx.Conn, b *batch) (localCommit
 		default:
 			names[o.cfg.Name] = true
 		}
-		switch o.kind {
-		case opJoin, opLeave, opRelease, opNotify:
-			keys = append(keys, key{o.cfg.Name, o.id})
-		case opTouch:
-			for _, t := range o.touches {
-				if session.ValidID(t.ID) {
-					keys = append(keys, key{o.cfg.Name, t.ID})
-				}
-			}
-		case opPurge:
-			for _, id := range o.ids {
-				keys = append(keys, key{o.cfg.Name, id})
-			}
-		case opUpdate, opLoad, opFunc, opSettings:
-			// They write rows with statements of their own or read the
+		var byKey bool
+		if keys, byKey = o.appendRowKeys(keys); !byKey {
+			// It writes rows with statements of its own or reads the
 			// table mid-batch: the line's bounds are read after the writes.
 			b.pipelined = false
 		}
@@ -385,20 +373,8 @@ take:
 			s.carry = append(s.carry, o)
 			break
 		}
-		switch o.kind {
-		case opJoin, opLeave, opRelease, opNotify:
-			keys = append(keys, key{o.cfg.Name, o.id})
-		case opTouch:
-			for _, t := range o.touches {
-				if session.ValidID(t.ID) {
-					keys = append(keys, key{o.cfg.Name, t.ID})
-				}
-			}
-		case opPurge:
-			for _, id := range o.ids {
-				keys = append(keys, key{o.cfg.Name, id})
-			}
-		default:
+		var byKey bool
+		if keys, byKey = o.appendRowKeys(keys); !byKey {
 			s.carry = append(s.carry, o)
 			break take
 		}
@@ -1272,4 +1248,28 @@ func waitingPositions(ctx context.Context, q pgx.Tx, gate string, hint int64) ([
 		return nil, fmt.Errorf("read waiting positions: %w", err)
 	}
 	return out, nil
+}
+
+// appendRowKeys appends the sessions op o reads by id (join, leave,
+// release, notify, touch, purge) and reports true; an op that reads or
+// writes rows with statements of its own (update, load, func, settings)
+// appends nothing and reports false.
+func (o *op) appendRowKeys(keys []key) ([]key, bool) {
+	switch o.kind {
+	case opJoin, opLeave, opRelease, opNotify:
+		return append(keys, key{o.cfg.Name, o.id}), true
+	case opTouch:
+		for _, t := range o.touches {
+			if session.ValidID(t.ID) {
+				keys = append(keys, key{o.cfg.Name, t.ID})
+			}
+		}
+		return keys, true
+	case opPurge:
+		for _, id := range o.ids {
+			keys = append(keys, key{o.cfg.Name, id})
+		}
+		return keys, true
+	}
+	return keys, false
 }
