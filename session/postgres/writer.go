@@ -398,6 +398,12 @@ take:
 	if err != nil {
 		return fmt.Errorf("read sessions: %w", err)
 	}
+	return b.keepRead(rows)
+}
+
+// keepRead scans the sessions rows holds (sqlSelectKeys) into the batch's
+// rows, as stored. It returns the scan's error.
+func (b *batch) keepRead(rows pgx.Rows) error {
 	got, err := scanSessions(rows, nil)
 	if err != nil {
 		return fmt.Errorf("read sessions: %w", err)
@@ -459,12 +465,8 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 		if err != nil {
 			return fmt.Errorf("read sessions: %w", err)
 		}
-		got, err := scanSessions(rows, nil)
-		if err != nil {
-			return fmt.Errorf("read sessions: %w", err)
-		}
-		for _, r := range got {
-			b.rows[key{r.Gate, r.ID}] = &entry{s: r, live: true, dbPos: r.Position}
+		if err := b.keepRead(rows); err != nil {
+			return err
 		}
 	}
 	for _, name := range names {
