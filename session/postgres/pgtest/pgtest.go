@@ -39,7 +39,7 @@ type Server struct {
 	data    string
 	sock    string // unix socket directory
 	bin     string
-	cred    *syscall.Credential // nil unless running as root
+	cred    *credential // nil unless running as root
 	logPath string
 	opts    Options
 
@@ -125,7 +125,7 @@ func StartWith(opts Options) (*Server, error) {
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		s.cred = &credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := os.Chown(s.dir, uid, gid); err != nil {
 			_ = os.RemoveAll(s.dir)
 			return nil, fmt.Errorf("pgtest: %w", err)

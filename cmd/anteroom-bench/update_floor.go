@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// The update scenario's floor: the least SQLite work that makes the change
+// an update makes, timed on a copy of the same file in the same run. Three
+// bare statements in one transaction (delete the stale waiters, delete the
+// stale active sessions, promote as many waiters as slots were freed) and
+// the gate's counters, with no events, checks, history, yields or memory:
+// what any update on this schema and this driver pays for the rows it
+// writes. Waitlist.Update against it says how much is ours; the floor
+// against the 100 ms goal says what a row-at-a-time update can reach.
+
+// floorResult is the floor's wall and process CPU time, and the rows each
+// statement changed.
+type floorResult struct {
+	wall, cpu                          time.Duration
+	purgedWaiting, purgedActive, moved int64
+}
+
+// updateFloor copies the database at src into dir and runs the bare change
+// on the copy, with the store's writer settings (WAL, synchronous=NORMAL,
+// its page cache). waitingCutoff and activeCutoff are the update's
+// session.StaleCutoffs; promote is how many waiters it promotes; now is
+// the promotion time. Errors: the copy's or SQLite's.
+func updateFloor(ctx context.Context, src, dir string, waitingCutoff, activeCutoff time.Time, promote int64, now time.Time) (floorResult, error) {
+	var r floorResult
+	dst := filepath.Join(dir, "floor.db")
+	if err := copyFile(src, dst); err != nil {
+		return r, err
+	}
+	db, err := sql.Open("sqlite", dsnOf(dst, "busy_timeout(5000)", "journal_mode(WAL)", "synchronous(NORMAL)", "temp_store(MEMORY)", "wal_autocheckpoint(0)", "cache_size(-16384)"))
+	if err != nil {
+		return r, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return r, err
+	}
+	defer conn.Close()
+	t0, cpu0 := time.Now(), cpuTime()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return r, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+	exec := func(n *int64, q string, args ...any) error {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		*n, err = res.RowsAffected()
+		return err
+	}
+	if err := exec(&r.purgedWaiting, `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active < ?2)`,
+		gateName, waitingCutoff.UnixNano()); err != nil {
+		return r, err
+	}
+	if err := exec(&r.purgedActive, `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active < ?2)`,
+		gateName, activeCutoff.UnixNano()); err != nil {
+		return r, err
+	}
+	if err := exec(&r.moved, `UPDATE sessions SET status = 1, last_active = ?3 WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 ORDER BY position LIMIT ?2)`,
+		gateName, promote, now.UnixNano()); err != nil {
+		return r, err
+	}
+	var one int64
+	if err := exec(&one, `UPDATE gates SET active = active - ?2 + ?4, waiting = waiting - ?3 - ?4 WHERE name = ?1`,
+		gateName, r.purgedActive, r.purgedWaiting, r.moved); err != nil {
+		return r, err
+	}
+	if err := tx.Commit(); err != nil {
+		return r, fmt.Errorf("floor: commit: %w", err)
+	}
+	r.wall, r.cpu = time.Since(t0), cpuTime()-cpu0
+	return r, os.Remove(dst)
+}
+
+// copyFile copies the file at src to dst (created, 0600).
+func copyFile(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	_, err = io.Copy(out, in)
+	return err
+}
