@@ -194,7 +194,7 @@ func New(opts Options) (*Server, error) {
 	e.POST(b+"/api/ticket", s.ticket, limited...)
 	e.GET(b+"/api/status", s.status, limited...)
 	e.GET(b+"/api/global", s.global, limited...)
-	e.GET(b+"/api/events", s.events, limited...)
+	e.GET(b+"/api/events", s.events, noStore) // limited inside: only the answer that grows with the line
 	e.GET(b+"/ws", s.socket, limited[1:]...)
 	s.notifyRoutes(e, b, limited) // notify.go
 	e.Match(getHead, b+"/check", s.check)
