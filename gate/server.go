@@ -454,6 +454,7 @@ func (s *Server) join(c echo.Context) error {
 	}
 	if view.Status == session.StatusWaiting {
 		s.setRetryAfter(c, view)
+		view.Draw = s.opts.Waitlist.Draw(view)
 	}
 	s.withAdmission(r.Context(), &view)
 	if codeErr != nil {
@@ -563,6 +564,7 @@ func (s *Server) status(c echo.Context) error {
 	}
 	if view.Status == session.StatusWaiting {
 		s.setRetryAfter(c, view)
+		view.Draw = s.opts.Waitlist.Draw(view)
 	}
 	s.withAdmission(r.Context(), &view)
 	if claims.Renew { // sliding expiry, key rotation, first-format tokens
@@ -682,6 +684,7 @@ func (s *Server) socket(c echo.Context) error {
 			if err != nil {
 				return nil
 			}
+			view.Draw = wl.Draw(view)
 			return &view
 		}
 	}
