@@ -23,7 +23,7 @@ import (
 
 // startedLottery starts a sidecar whose gate "default" had a shuffled
 // event with n sessions in its pre-queue, drawn; rl is its rate limit.
-func startedLottery(t *testing.T, n int, rl gate.RateLimitOptions) *gatetest.Sidecar {
+func startedLottery(t testing.TB, n int, rl gate.RateLimitOptions) *gatetest.Sidecar {
 	t.Helper()
 	_, loopback, err := net.ParseCIDR("127.0.0.0/8")
 	require.NoError(t, err)
@@ -188,4 +188,27 @@ func TestEventsAnswerNeverTouchesTheStoreAndDoesNotGrowWithTheLine(t *testing.T)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 		assert.JSONEq(t, string(largeBody), rec.Body.String())
 	}
+}
+
+// BenchmarkEvents measures GET /api/events after a draw of 20,000: the
+// snippet's answer (positions=0) beside /healthz in the same run, and the
+// full answer, which carries the pre-queue.
+func BenchmarkEvents(b *testing.B) {
+	sc := startedLottery(b, 20000, gate.RateLimitOptions{})
+	run := func(b *testing.B, path string) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			for pb.Next() {
+				w := httptest.NewRecorder()
+				sc.Handler.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatalf("%s: %d %s", path, w.Code, w.Body)
+				}
+			}
+		})
+	}
+	b.Run("healthz", func(b *testing.B) { run(b, "/healthz") })
+	b.Run("events-positions=0", func(b *testing.B) { run(b, base+"/api/events?positions=0&gate=default") })
+	b.Run("events-full", func(b *testing.B) { run(b, base+"/api/events?gate=default") })
 }
