@@ -16,18 +16,36 @@ import (
 // It translates; session decides (events.go, events_waitlist.go).
 
 // events answers GET {base}/api/events?gate=[&positions=0] (see
-// wire.PositionsParam).
+// wire.PositionsParam). It reads memory only, never the store, and the
+// snippet's answer (positions=0) costs the same whatever the size of the
+// line: the route is outside the per-IP limit of the client API, like
+// /check, because at an event's start every visitor behind one address
+// (a NAT, a proxy) asks for it at once. The full answer, which carries a
+// started event's whole pre-queue and so grows with the line, still
+// spends from that limit.
 func (s *Server) events(c echo.Context) error {
+	full := c.QueryParam(wire.PositionsParam) != "0"
+	if full {
+		if err := s.allowJoin(c); err != nil {
+			return err
+		}
+	}
 	gate := s.gateOf(c.Request(), "")
 	evs, err := s.opts.Waitlist.Events(gate)
 	if err != nil {
 		return err
 	}
-	v := eventsView(gate, evs, s.opts.Waitlist.Now())
-	if c.QueryParam(wire.PositionsParam) == "0" {
-		for i := range v.Events {
-			v.Events[i].Positions = nil
+	v := wire.EventsView{Gate: gate, Now: s.opts.Waitlist.Now().UTC(), Events: make([]wire.EventView, 0, len(evs))}
+	for _, ev := range evs {
+		// The positions are never written once stored (Events copies the
+		// events, not their positions): encoded as they are, never copied.
+		positions := ev.Positions
+		ev.Positions = nil
+		e := wire.NewEventView(ev, v.Now)
+		if full && ev.Phase == session.EventStarted { // as NewEventView publishes them
+			e.Positions = positions
 		}
+		v.Events = append(v.Events, e)
 	}
 	return c.JSON(http.StatusOK, v)
 }

@@ -27,7 +27,7 @@ import (
 // field added to the views cannot be left out of the hand-written answer.
 var joinJSONFields = []string{"gate", "firstWaitingPosition", "lastWaitingPosition", "waiting", "active", "limit",
 	"admittedPerMinute", "buckets", "priority", "session", "status", "position", "place", "claimDeadline",
-	"admission", "notify", "lane", "token"}
+	"admission", "notify", "lane", "draw", "token"}
 
 // globalJSONFields are the JSON names appendGlobalJSON writes (or leaves
 // to encoding/json), in order; a test checks them against GlobalView.
@@ -117,6 +117,9 @@ func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool)
 	}
 	if v.Lane != "" {
 		str(`,"lane":`, v.Lane)
+	}
+	if v.Draw != "" {
+		str(`,"draw":`, v.Draw)
 	}
 	str(`,"token":`, tok)
 	b = append(b, "}\n"...)

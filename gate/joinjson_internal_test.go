@@ -128,6 +128,14 @@ func TestAppendJoinJSONRandomViews(t *testing.T) {
 		if r.IntN(3) == 0 {
 			v.Lane = randStr()
 		}
+		switch r.IntN(8) {
+		case 0:
+			v.Draw = session.DrawPending
+		case 1:
+			v.Draw = session.DrawDrawn
+		case 2:
+			v.Draw = randStr()
+		}
 		if r.IntN(8) == 0 {
 			v.Priority = &session.LaneView{FirstWaitingPosition: r.Int64N(100), Waiting: r.Int64N(100)}
 		}

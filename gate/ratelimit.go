@@ -18,7 +18,10 @@ import (
 // IPv4 address, or an IPv6 /64 (one host usually holds a whole /64); an
 // IPv4-mapped IPv6 address counts as its IPv4 address. Over the limit a
 // request gets 429 with Retry-After. The forward-auth check is never
-// limited: behind a proxy every check comes from the proxy's address.
+// limited: behind a proxy every check comes from the proxy's address. Nor
+// is the snippet's GET /api/events?positions=0, a read of memory that
+// every visitor behind one NAT makes at an event's start (the full answer,
+// with a started event's whole pre-queue, is limited).
 type RateLimitOptions struct {
 	// PerSecond is the sustained rate per client; 0 turns limiting off.
 	PerSecond float64

@@ -194,7 +194,7 @@ func New(opts Options) (*Server, error) {
 	e.POST(b+"/api/ticket", s.ticket, limited...)
 	e.GET(b+"/api/status", s.status, limited...)
 	e.GET(b+"/api/global", s.global, limited...)
-	e.GET(b+"/api/events", s.events, limited...)
+	e.GET(b+"/api/events", s.events, noStore) // limited inside: only the answer that grows with the line
 	e.GET(b+"/ws", s.socket, limited[1:]...)
 	s.notifyRoutes(e, b, limited) // notify.go
 	e.Match(getHead, b+"/check", s.check)
@@ -454,6 +454,7 @@ func (s *Server) join(c echo.Context) error {
 	}
 	if view.Status == session.StatusWaiting {
 		s.setRetryAfter(c, view)
+		view.Draw = s.opts.Waitlist.Draw(view)
 	}
 	s.withAdmission(r.Context(), &view)
 	if codeErr != nil {
@@ -563,6 +564,7 @@ func (s *Server) status(c echo.Context) error {
 	}
 	if view.Status == session.StatusWaiting {
 		s.setRetryAfter(c, view)
+		view.Draw = s.opts.Waitlist.Draw(view)
 	}
 	s.withAdmission(r.Context(), &view)
 	if claims.Renew { // sliding expiry, key rotation, first-format tokens
@@ -682,6 +684,7 @@ func (s *Server) socket(c echo.Context) error {
 			if err != nil {
 				return nil
 			}
+			view.Draw = wl.Draw(view)
 			return &view
 		}
 	}

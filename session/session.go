@@ -331,6 +331,10 @@ type SessionView struct {
 	// Lane is "priority" for a session of the priority lane (its place
 	// counts that lane: GlobalView.Priority); absent in the normal lane.
 	Lane string `json:"lane,omitempty"`
+	// Draw is DrawPending while the session's place is still to be drawn
+	// by a shuffled event, DrawDrawn once the current event drew it (see
+	// DrawOf); set by the sidecar on join and status answers.
+	Draw string `json:"draw,omitempty"`
 }
 
 // String renders the view for logs.

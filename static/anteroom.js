@@ -175,7 +175,7 @@
         delete b.error;
       }
       if (res.ok || codeError) code = '';
-      if (codeError && isView(b)) return onView(b);
+      if (codeError && isView(b)) return onView(b, 1);
       if (!res.ok) {
         // 429/5xx are passing trouble; other errors (a bad gate...) are not.
         if (res.status === 429 || res.status >= 500) retryJoin(retryAfter(res, 0));
@@ -186,7 +186,7 @@
       if (!isView(v)) throw new Error('unexpected join answer');
       joinFails = 0;
       note('');
-      onView(v);
+      onView(v, 1);
     } catch (e) {
       retryJoin(0);
     } finally {
@@ -201,9 +201,13 @@
     if (joinFails > 1) note(T.retry);
   }
 
-  // A full SessionView (join, status, or a "session" message).
-  function onView(v) {
+  // A full SessionView (join, status, or a "session" message). draw: the
+  // answers say if the place is still to be drawn or was drawn; a session
+  // message that moves a waiter in the draw is the draw.
+  function onView(v, http) {
     if (v.token) token = v.token;
+    if (http) v.draw = v.draw || '';
+    else if (!v.draw && view && view.draw === 'pending' && num(v.position) !== num(view.position)) v.draw = 'drawn';
     if (state === 'active' && view && v.admission && v.admission !== view.admission) {
       view.admission = v.admission; // claimed after a promotion: the status carries it
       emit('admission', view);
@@ -369,7 +373,7 @@
       if (res.status === 404) join(); // the session is gone: join again
       else if (res.ok) {
         const v = await readJSON(res);
-        if (isView(v)) onView(v);
+        if (isView(v)) onView(v, 1);
       }
       next = retryAfter(res, next);
       if (!res.ok && res.status !== 404) note(T.retry);
@@ -677,9 +681,10 @@
     const waiting = num(lv.waiting);
     const total = Math.max(p, waiting);
     // Before the start of a shuffled pre-queue nobody has a place: say so.
-    const pre = ev && pending(ev) ? ev : null, lottery = pre && inDraw(pre);
+    // The answers say who is in a draw at once; the events add the count.
+    const pre = ev && pending(ev) ? ev : null, lottery = view.draw === 'pending' && (!ev || pre);
     ui.title.textContent = lottery ? T.drawTitle : T.waiting;
-    ui.place.textContent = !evKnown ? '' : drawPending ? T.drawing
+    ui.place.textContent = drawPending ? T.drawing
       : lottery ? T.draw : fill(T.place, { place: p, total });
     countdown();
     const hint = [];
@@ -688,17 +693,17 @@
     if (lottery) {
       // The draw is among the normal lane's waiters from firstPosition on;
       // those before it keep their places (an estimate from the buckets).
-      const fp = num(pre.firstPosition);
+      const fp = num(pre && pre.firstPosition);
       const ahead = fp > num(view.firstWaitingPosition) ? Math.max(0, estimatePlace(view, fp) - 1) : 0;
-      hint.push(fill(T.drawCount, { count: Math.max(1, num(view.waiting) - ahead) }));
+      if (pre) hint.push(fill(T.drawCount, { count: Math.max(1, num(view.waiting) - ahead) }));
       if (ahead > 0) hint.push(fill(T.drawAhead, { ahead }));
-    } else if (evKnown && !drawPending) {
-      if (drawn) hint.push(T.drawn);
+    } else if (!drawPending) {
+      if (view.draw === 'drawn') hint.push(T.drawn);
       // People ahead left when the place is below Convex's upper bound.
       const left = num(view.position) - num(lv.firstWaitingPosition) + 1 - p;
       if (left > 0) hint.push(fill(T.left, { left }));
       // Nobody is let in before the start: no wait to estimate.
-      if (!pre) hint.push(...etaLines(servedBefore(view, view.lane, p), Number(view.admittedPerMinute) || 0));
+      if (evKnown && !pre) hint.push(...etaLines(servedBefore(view, view.lane, p), Number(view.admittedPerMinute) || 0));
     }
     ui.hint.textContent = hint.join(' ');
     maxPlace = lottery ? 0 : Math.max(maxPlace, p); // progress counts from the draw
@@ -712,10 +717,9 @@
   // the draw, so the card says so; once the draw is published, a status call
   // gives the real place. Fetches near the start are spread over seconds.
   let ev = null, evKnown = false, evTimer = 0, evFails = 0, tickTimer = 0, skew = 0;
-  let drawn = false, drawPending = false, opening = 0;
+  let drawPending = false, opening = 0;
   const pending = (e) => e.phase === 'prequeue' || e.phase === 'scheduled';
   // In the draw: a shuffled pre-queue, the normal lane, from its first position on.
-  const inDraw = (e) => !!e.shuffle && pending(e) && view.lane !== 'priority' && num(view.position) >= num(e.firstPosition);
   const jitter = (ms) => ms + Math.random() * 2500;
 
   function loadEvents() {
@@ -739,10 +743,12 @@
     let next = null, soon = Infinity;
     if (now > 0 && Array.isArray(v.events)) {
       skew = now - at;
-      for (const e of v.events) {
+      // The latest first; a started one while it is ours or new, or
+      // while our place is its draw (draw "drawn": a late loader).
+      for (const e of v.events.slice().reverse()) {
         const pq = Date.parse(e && e.prequeueAt), st = Date.parse(e && e.startsAt);
         if (!(pq > 0 && st > 0)) continue;
-        if (pending(e) && pq <= now || e.phase === 'started' && (prev && prev.id === e.id || now - st < 60000)) {
+        if (pending(e) ? pq <= now : e.seed && (prev && prev.id === e.id || now - st < 60000 || view.draw === 'drawn')) {
           next = e;
           break;
         }
@@ -751,9 +757,10 @@
     }
     ev = next;
     evKnown = true;
-    if (ev && !pending(ev) && prev && prev.id === ev.id && inDraw(prev)) {
+    if (ev && !pending(ev) && view.draw === 'pending') {
       // Drawn while we waited: the exact place comes with the status.
-      drawn = drawPending = true;
+      view.draw = 'drawn';
+      drawPending = true;
       status(false);
       setTimeout(() => { if (drawPending) { drawPending = false; render(); } }, 5000);
     }

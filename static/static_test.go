@@ -49,7 +49,9 @@ func TestSnippetIsPlainJSAndFollowsTheContract(t *testing.T) {
 		"data-", "currentScript",
 		"Your place: {place} of {total}", "You are in line", "You're in!",
 		// A scheduled event's pre-queue: a countdown, and no place before a draw.
-		"/api/events?positions=0&gate=", "prequeueAt", "startsAt", "firstPosition", "shuffle", "'prequeue'", "'started'",
+		"/api/events?positions=0&gate=", "prequeueAt", "startsAt", "firstPosition", "shuffle", "'prequeue'", "e.seed",
+		// The join and status answers say at once whether the place is drawn.
+		"view.draw === 'pending'", "view.draw === 'drawn'", "onView(v, 1)",
 		"anteroom-countdown", "'timer'", "The line opens in {time}", "drawn at random", "emit('event', ev)",
 	} {
 		assert.Contains(t, js, want)

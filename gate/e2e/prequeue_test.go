@@ -295,10 +295,10 @@ func shoot(t *testing.T, u *user, name string) {
 	})
 }
 
-// TestPlaceShownWhenEventsFail: the card waits for GET /api/events before it
-// shows a place (a lottery's pre-queue has none), but an events endpoint
-// that fails does not hide the place: it is shown, and the events are asked
-// for again, spaced out.
+// TestPlaceShownWhenEventsFail: the card shows the place from the join
+// answer (which says whether the session is in a lottery's pre-queue, where
+// it has none); an events endpoint that fails does not hide it, and the
+// events are asked for again, spaced out.
 func TestPlaceShownWhenEventsFail(t *testing.T) {
 	var mu sync.Mutex
 	calls := 0
