@@ -1031,6 +1031,7 @@ func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {
 		g.mu.RLock()
 		v.Place, v.Lane = g.place(s.Position)
 		g.mu.RUnlock()
+		v.ClaimWindow = ClaimWindow(g.config(), s).Seconds()
 	case StatusActive:
 		d := s.ClaimDeadline
 		g.mu.RLock()
@@ -1043,6 +1044,7 @@ func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {
 		g.mu.RUnlock()
 		if !d.IsZero() {
 			v.ClaimDeadline = &d
+			v.ClaimWindow = ClaimWindow(g.config(), s).Seconds()
 		}
 	}
 	return v

@@ -173,3 +173,52 @@ func testClaimLinkMemoryBehind(t *testing.T, open Opener) {
 	assert.Equal(t, 1, claims(mark), "one claim")
 	assert.True(t, h.mustGet(gateName, "b").ClaimDeadline.IsZero(), "claimed as stored")
 }
+
+// testClaimWindowInViews checks SessionView.ClaimWindow: a waiter's view
+// carries the window it gets once promoted (the claim timeout, or the
+// notify claim timeout for a called-back session), so is a promoted,
+// unclaimed session's (beside its deadline); a claimed slot's view and a
+// gate without a claim window carry none.
+func testClaimWindowInViews(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := claimConfig(1)
+	cfg.NotifyClaimTimeout = 90 * time.Second
+	plain := GateConfig("plain", 1)
+	w := h.waitlist(cfg, plain)
+	ctx := h.ctx
+	_, err := w.Join(ctx, gateName, "a")
+	require.NoError(t, err)
+	v, err := w.Join(ctx, gateName, "b")
+	require.NoError(t, err)
+	require.Equal(t, session.StatusWaiting, v.Status)
+	assert.Equal(t, 60.0, v.ClaimWindow, "a waiter: the claim timeout")
+	_, err = w.Join(ctx, gateName, "c")
+	require.NoError(t, err)
+	h.setNotify(cfg, "c", true)
+	v, err = w.Status(ctx, gateName, "c")
+	require.NoError(t, err)
+	assert.Equal(t, 90.0, v.ClaimWindow, "a called-back waiter: the notify claim timeout")
+
+	h.clock.Advance(time.Second)
+	require.NoError(t, w.Release(ctx, gateName, "a"))
+	v, err = w.Join(ctx, gateName, "b") // a join of b: a sign of life that claims
+	require.NoError(t, err)
+	assert.Equal(t, session.StatusActive, v.Status)
+	assert.Nil(t, v.ClaimDeadline)
+	assert.Zero(t, v.ClaimWindow, "claimed: no window")
+
+	h.clock.Advance(time.Second)
+	require.NoError(t, w.Release(ctx, gateName, "b"))
+	v, err = w.Join(ctx, gateName, "c") // called back: the join leaves the claim to the link
+	require.NoError(t, err)
+	require.Equal(t, session.StatusActive, v.Status)
+	require.NotNil(t, v.ClaimDeadline, "promoted, unclaimed")
+	assert.Equal(t, 90.0, v.ClaimWindow, "promoted, unclaimed: its window beside its deadline")
+
+	_, err = w.Join(ctx, "plain", "x")
+	require.NoError(t, err)
+	v, err = w.Join(ctx, "plain", "y")
+	require.NoError(t, err)
+	require.Equal(t, session.StatusWaiting, v.Status)
+	assert.Zero(t, v.ClaimWindow, "a gate without a claim window")
+}
