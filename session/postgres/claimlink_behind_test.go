@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -37,7 +38,19 @@ func newFollowerHold() *followerHold {
 	return &followerHold{held: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (f *followerHold) hold() { f.mu.Lock(); f.holding = true; f.mu.Unlock() }
+// hold holds the follower from now on (again after letGo); heldC is closed
+// once it waits.
+func (f *followerHold) hold() (heldC <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holding = true
+	select {
+	case <-f.release: // let go before: a new round
+		f.held, f.release = make(chan struct{}), make(chan struct{})
+	default:
+	}
+	return f.held
+}
 
 func (f *followerHold) arm() { f.mu.Lock(); f.armed = true; f.mu.Unlock() }
 
@@ -67,6 +80,7 @@ func (f *followerHold) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data
 		f.listen = conn
 	}
 	wait := f.holding && conn == f.listen && strings.Contains(data.SQL, "anteroom_commits")
+	release := f.release
 	if wait {
 		select {
 		case <-f.held:
@@ -77,7 +91,7 @@ func (f *followerHold) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data
 	f.mu.Unlock()
 	if wait {
 		select {
-		case <-f.release:
+		case <-release:
 		case <-ctx.Done():
 		}
 		return ctx
@@ -137,10 +151,10 @@ func TestClaimLinkOnInstanceBehind(t *testing.T) {
 		return err == nil && g.Waiting == 1
 	}, 10*time.Second, 5*time.Millisecond, "B follows the line")
 
-	hold.hold()
+	held := hold.hold()
 	require.NoError(t, a.Release(ctx, multiGate, "holder"))
 	select {
-	case <-hold.held:
+	case <-held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("B's follower never read the promotion")
 	}
@@ -159,4 +173,57 @@ func TestClaimLinkOnInstanceBehind(t *testing.T) {
 	assert.True(t, row.ClaimDeadline.IsZero(), "claimed as stored")
 	assert.ErrorIs(t, b.ClaimLink(ctx, multiGate, "w", deadline), session.ErrNotActive, "used, on B")
 	assert.ErrorIs(t, a.ClaimLink(ctx, multiGate, "w", deadline), session.ErrNotActive, "used, on A")
+
+	// Rounds of the same link visited twice on A (which holds the
+	// promotion) and twice on B (which does not) at once: exactly one
+	// visit claims it.
+	prev := "w"
+	for round := range 3 {
+		require.NoError(t, a.Release(ctx, multiGate, prev))
+		holder, waiter := fmt.Sprintf("h%d", round), fmt.Sprintf("w%d", round)
+		_, err := a.Join(ctx, multiGate, holder)
+		require.NoError(t, err)
+		_, err = a.Join(ctx, multiGate, waiter)
+		require.NoError(t, err)
+		_, err = a.SetNotify(ctx, multiGate, waiter, true)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			g, err := b.Global(multiGate)
+			return err == nil && g.Waiting == 1 && b.ValidateSessionIsActive(multiGate, holder) == nil
+		}, 10*time.Second, 5*time.Millisecond, "B follows the line")
+		held := hold.hold()
+		require.NoError(t, a.Release(ctx, multiGate, holder))
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("B's follower never read the promotion")
+		}
+		row, err := stores[0].Get(ctx, multiGate, waiter)
+		require.NoError(t, err)
+		require.False(t, row.ClaimDeadline.IsZero(), "promoted, unclaimed")
+		require.NoError(t, a.ValidateSessionIsActive(multiGate, waiter), "A holds the promotion")
+		require.ErrorIs(t, b.ValidateSessionIsActive(multiGate, waiter), session.ErrNotActive, "B does not")
+		hold.arm()
+		errs := make([]error, 4)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = wls[i%2].ClaimLink(ctx, multiGate, waiter, row.ClaimDeadline)
+			}()
+		}
+		wg.Wait()
+		hold.letGo()
+		won := 0
+		for _, err := range errs {
+			if err == nil {
+				won++
+			} else {
+				assert.ErrorIs(t, err, session.ErrNotActive)
+			}
+		}
+		assert.Equal(t, 1, won, "round %d: exactly one visit claims the slot", round)
+		prev = waiter
+	}
 }
