@@ -27,7 +27,7 @@ import (
 // field added to the views cannot be left out of the hand-written answer.
 var joinJSONFields = []string{"gate", "firstWaitingPosition", "lastWaitingPosition", "waiting", "active", "limit",
 	"admittedPerMinute", "buckets", "priority", "session", "status", "position", "place", "claimDeadline",
-	"admission", "notify", "lane", "draw", "token"}
+	"claimWindow", "admission", "notify", "lane", "draw", "token"}
 
 // globalJSONFields are the JSON names appendGlobalJSON writes (or leaves
 // to encoding/json), in order; a test checks them against GlobalView.
@@ -107,6 +107,14 @@ func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool)
 			b = append(b, `,"claimDeadline":"`...)
 			b = t.AppendFormat(b, time.RFC3339Nano)
 			b = append(b, '"')
+		}
+	}
+	if f := v.ClaimWindow; f != 0 {
+		if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) < 1e-6 || math.Abs(f) >= 1e21 {
+			ok = false
+		} else {
+			b = append(b, `,"claimWindow":`...)
+			b = strconv.AppendFloat(b, f, 'f', -1, 64)
 		}
 	}
 	if v.Admission != "" {

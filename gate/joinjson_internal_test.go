@@ -59,6 +59,10 @@ func TestAppendJoinJSONMatchesEncodingJSON(t *testing.T) {
 		"tiny rate":         {with(func(v *session.SessionView) { v.AdmittedPerMinute = 1e-7 }), "t", false},
 		"huge rate":         {with(func(v *session.SessionView) { v.AdmittedPerMinute = 1e22 }), "t", false},
 		"third":             {with(func(v *session.SessionView) { v.AdmittedPerMinute = 1.0 / 3 }), "t", true},
+		"claim window":      {with(func(v *session.SessionView) { v.ClaimWindow = 60 }), "t", true},
+		"short window":      {with(func(v *session.SessionView) { v.ClaimWindow = 0.001 }), "t", true},
+		"tiny window":       {with(func(v *session.SessionView) { v.ClaimWindow = 1e-9 }), "t", false},
+		"NaN window":        {with(func(v *session.SessionView) { v.ClaimWindow = math.NaN() }), "t", false},
 		"extreme ints":      {with(func(v *session.SessionView) { v.Position, v.Waiting = math.MaxInt64, math.MinInt64 }), "t", true},
 		"html in the gate":  {with(func(v *session.SessionView) { v.Gate = "<a&b>" }), "t", false},
 		"quote in the id":   {with(func(v *session.SessionView) { v.Session = `a"b` }), "t", false},
@@ -103,7 +107,7 @@ func TestAppendJoinJSONRandomViews(t *testing.T) {
 	}
 	floats := []float64{0, 1, 0.1, 2.5e-6, 9.99e-7, 123456789.125, 1e20, 1e21, -3.75, math.NaN(), math.Inf(1)}
 	var fast, fastGlobal int
-	for range 3000 {
+	for range 4000 {
 		v := session.SessionView{
 			GlobalView: session.GlobalView{Gate: randStr(), FirstWaitingPosition: r.Int64(), LastWaitingPosition: -r.Int64(),
 				Waiting: r.Int64N(1000), Active: r.Int64N(1000), Limit: r.Int64N(1000)},
@@ -120,6 +124,13 @@ func TestAppendJoinJSONRandomViews(t *testing.T) {
 		if r.IntN(3) == 0 {
 			d := time.Unix(r.Int64N(1<<33), r.Int64N(1e9)).UTC()
 			v.ClaimDeadline = &d
+		}
+		if r.IntN(3) == 0 {
+			if r.IntN(2) == 0 {
+				v.ClaimWindow = floats[r.IntN(len(floats))]
+			} else {
+				v.ClaimWindow = r.Float64() * math.Pow(10, float64(r.IntN(30)-10))
+			}
 		}
 		if r.IntN(3) == 0 {
 			v.Admission = randStr()

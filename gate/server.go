@@ -625,13 +625,13 @@ func admitted(c echo.Context, id string) error {
 	return c.NoContent(http.StatusOK)
 }
 
-// setRetryAfter tells a waiting client when to ask again: guard.RetryAfter,
-// capped by retryAfterCap of the gate's claim timeout and of its waiting
-// timeout (a client that polls as told keeps its place).
+// setRetryAfter tells a waiting client when to ask again: guard.RetryAfterAt
+// (capped by the view's claim window), capped by retryAfterCap of the
+// gate's waiting timeout (a client that polls as told keeps its place).
 func (s *Server) setRetryAfter(c echo.Context, v session.SessionView) {
-	d := guard.RetryAfter(v)
+	d := guard.RetryAfterAt(v, s.opts.Waitlist.Now())
 	if cfg, err := s.opts.Waitlist.GateConfig(v.Gate); err == nil {
-		d = min(d, retryAfterCap(cfg.ClaimTimeout), retryAfterCap(cfg.WaitingTimeout))
+		d = min(d, retryAfterCap(cfg.WaitingTimeout))
 	}
 	c.Response().Header().Set("Retry-After", strconv.Itoa(int(d/time.Second)))
 }
@@ -644,7 +644,7 @@ func retryAfterCap(timeout time.Duration) time.Duration {
 	if timeout <= 0 {
 		return math.MaxInt64
 	}
-	return max(time.Second, (timeout / 4).Truncate(time.Second))
+	return guard.ClaimCap(timeout)
 }
 
 func (s *Server) socket(c echo.Context) error {

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -51,11 +52,22 @@ func DecideClaimLink(existing *Session, deadline, now time.Time) (Outcome, error
 // it to one promotion. It returns nil to exactly one caller per promotion,
 // across every instance sharing the Store: the Store decides in its
 // transaction (LinkClaimer), and the claim is written at once (so it
-// survives a crash and the claimed webhook goes out). Errors:
-// ErrUnknownGate, ErrInvalidArgument, ErrNotActive when the session is not
-// active, was already claimed (on any instance), or its slot is of another
-// promotion than the link's, ErrUnavailable, or the Store's (then nothing
-// was claimed and the link may be visited again).
+// survives a crash and the claimed webhook goes out).
+//
+// Memory only spares the Store repeated visits on this instance. When it
+// holds the link's promotion, the first visit takes memory's claim deadline
+// and asks the Store; later ones are refused from memory, and so is a link
+// whose slot a sign of life claimed here. When it cannot confirm the link
+// (it has not applied the promotion yet, as an instance of a shared Store
+// following another's commit may not have, or it holds another promotion
+// of the session), the Store decides, once per link on this instance. A
+// link whose deadline has passed by the Waitlist's clock is refused at
+// once: no promotion can be claimed with it.
+//
+// Errors: ErrUnknownGate, ErrInvalidArgument, ErrNotActive when the session
+// is not active, was already claimed (on any instance), or its slot is of
+// another promotion than the link's, ErrUnavailable, or the Store's (then
+// nothing was claimed and the link may be visited again).
 func (w *Waitlist) ClaimLink(ctx context.Context, gate, id string, deadline time.Time) error {
 	g, err := w.writable(gate, id)
 	if err != nil {
@@ -65,30 +77,89 @@ func (w *Waitlist) ClaimLink(ctx context.Context, gate, id string, deadline time
 		return err
 	}
 	now := w.clock.Now()
+	want := deadline.UnixNano()
+	if deadline.IsZero() || want == 0 || !now.Before(deadline) {
+		return Errorf(CodeNotActive, "session %q of gate %q: this claim link has expired", id, gate)
+	}
 	g.mu.RLock()
 	e := g.active[id]
 	g.mu.RUnlock()
-	if e == nil {
-		return Errorf(CodeNotActive, "session %q of gate %q has no slot waiting to be claimed", id, gate)
-	}
-	// One visit of this instance asks the Store, and only with the link of
-	// the promotion memory holds (a stale link leaves the slot to the
-	// right one).
-	want := deadline.UnixNano()
-	if deadline.IsZero() || want == 0 || !e.claimDeadline.CompareAndSwap(want, 0) {
-		return Errorf(CodeNotActive, "session %q of gate %q has no slot waiting to be claimed by this link", id, gate)
+	var undo func()
+	switch {
+	case e != nil && e.promotion.Load() == want:
+		// Memory holds this promotion: one visit of this instance takes
+		// its deadline and asks the Store; a slot claimed already (by this
+		// link or a sign of life seen here) is refused without I/O.
+		if !e.claimDeadline.CompareAndSwap(want, 0) {
+			return Errorf(CodeNotActive, "session %q of gate %q has no slot waiting to be claimed by this link", id, gate)
+		}
+		undo = func() { e.claimDeadline.CompareAndSwap(0, want) }
+	default:
+		// Memory cannot confirm the link: not applied yet, or another
+		// promotion. The Store decides, once per link on this instance.
+		key := linkKey{id: id, deadline: want}
+		if !g.links.begin(key) {
+			return Errorf(CodeNotActive, "session %q of gate %q: this claim link was used already", id, gate)
+		}
+		undo = func() { g.links.forget(key) }
 	}
 	if _, err := w.store.ClaimLink(ctx, gate, id, deadline, now); err != nil {
 		if CodeOf(err) != CodeNotActive {
-			e.claimDeadline.CompareAndSwap(0, want) // not claimed: the link may be visited again
+			undo() // not claimed: the link may be visited again
 		}
 		return err
 	}
-	for {
-		old := e.lastActive.Load()
-		if old >= now.UnixNano() || e.lastActive.CompareAndSwap(old, now.UnixNano()) {
-			break
+	// The commit reached memory before the Store answered: the entry is
+	// there now, even when it was not above.
+	g.mu.RLock()
+	e = g.active[id]
+	g.mu.RUnlock()
+	if e != nil {
+		for {
+			old := e.lastActive.Load()
+			if old >= now.UnixNano() || e.lastActive.CompareAndSwap(old, now.UnixNano()) {
+				break
+			}
 		}
 	}
 	return nil
+}
+
+// linkKey names one claim link: the session and its promotion's deadline.
+type linkKey struct {
+	id       string
+	deadline int64
+}
+
+// maxLinkMemo bounds the links a gate remembers; past it the memo starts
+// over (a forgotten link costs one more Store read, never a second claim).
+const maxLinkMemo = 4096
+
+// linkMemo remembers the claim links the Store was asked about on this
+// instance while memory could not decide them: the Store's answer (claimed
+// or refused) stands, so a visit again needs no I/O.
+type linkMemo struct {
+	mu   sync.Mutex
+	seen map[linkKey]struct{}
+}
+
+// begin records key and reports whether it was new.
+func (m *linkMemo) begin(key linkKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.seen[key]; ok {
+		return false
+	}
+	if m.seen == nil || len(m.seen) >= maxLinkMemo {
+		m.seen = make(map[linkKey]struct{})
+	}
+	m.seen[key] = struct{}{}
+	return true
+}
+
+// forget removes key: its visit claimed nothing and may be made again.
+func (m *linkMemo) forget(key linkKey) {
+	m.mu.Lock()
+	delete(m.seen, key)
+	m.mu.Unlock()
 }

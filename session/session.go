@@ -322,6 +322,12 @@ type SessionView struct {
 	// ClaimDeadline is set while the session was promoted and has not
 	// claimed its slot yet (see GateConfig.ClaimTimeout).
 	ClaimDeadline *time.Time `json:"claimDeadline,omitempty"`
+	// ClaimWindow is the claim window in seconds (ClaimWindow of the gate's
+	// configuration and the session) while the session waits or is promoted
+	// and unclaimed: once promoted, it must show a sign of life within it.
+	// 0 (absent) when the gate has none or the slot is claimed. A client
+	// that polls asks again well within it (guard.RetryAfter).
+	ClaimWindow float64 `json:"claimWindow,omitempty"`
 	// Admission is the session's admission token (a JWT, see gate/token),
 	// set by the sidecar on join and status answers once the session is
 	// active and has claimed its slot, at gates with admission tokens.

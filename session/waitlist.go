@@ -148,6 +148,9 @@ type gateMemory struct {
 	// events are the Waitlist's scheduled events: the views show the limit
 	// in effect (limitAt), an event's override included.
 	events *eventMemory
+	// links are the claim links the Store settled on this instance while
+	// memory could not (claimlink.go).
+	links linkMemo
 }
 
 type activeEntry struct {
@@ -158,6 +161,11 @@ type activeEntry struct {
 	// 0 once claimed; claimPending marks a claim not yet persisted.
 	claimDeadline atomic.Int64
 	claimPending  atomic.Bool
+	// promotion is the claim deadline of the promotion memory applied to
+	// this entry, kept after the claim (0: memory never saw it unclaimed);
+	// it tells a claim link memory can decide from one it cannot
+	// (claimlink.go).
+	promotion atomic.Int64
 	// disconnectedAt is when the session's last socket closed, 0 while one
 	// is open or when it never had one.
 	disconnectedAt atomic.Int64
@@ -294,6 +302,7 @@ func (w *Waitlist) newGateMemory(cfg GateConfig, snap GateSnapshot) *gateMemory 
 		e.persisted.Store(s.LastActive.UnixNano())
 		if !s.ClaimDeadline.IsZero() {
 			e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+			e.promotion.Store(s.ClaimDeadline.UnixNano())
 		}
 		g.active[s.ID] = e
 	}
@@ -883,6 +892,7 @@ func (w *Waitlist) onCommit(c Commit) {
 				e.claimDeadline.Store(0)
 			} else if ev.Kind == EventPromoted {
 				e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+				e.promotion.Store(s.ClaimDeadline.UnixNano())
 			}
 			if ev.Kind == EventPromoted {
 				g.removeWaiter(s.Position)
@@ -967,6 +977,7 @@ func (g *gateMemory) resync(snap GateSnapshot) {
 		e.claimDeadline.Store(0)
 		if !s.ClaimDeadline.IsZero() {
 			e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
+			e.promotion.Store(s.ClaimDeadline.UnixNano())
 		}
 		fresh[s.ID] = e
 	}
@@ -1020,6 +1031,7 @@ func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {
 		g.mu.RLock()
 		v.Place, v.Lane = g.place(s.Position)
 		g.mu.RUnlock()
+		v.ClaimWindow = ClaimWindow(g.config(), s).Seconds()
 	case StatusActive:
 		d := s.ClaimDeadline
 		g.mu.RLock()
@@ -1032,6 +1044,7 @@ func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {
 		g.mu.RUnlock()
 		if !d.IsZero() {
 			v.ClaimDeadline = &d
+			v.ClaimWindow = ClaimWindow(g.config(), s).Seconds()
 		}
 	}
 	return v

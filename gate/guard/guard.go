@@ -168,11 +168,21 @@ func cookieToken(v string) bool {
 	return true
 }
 
-// RetryAfter returns when a waiting session should ask again, from its view:
-// sooner when the line moves fast, never less than 2 s nor more than 30 s;
-// 5 s when nobody was admitted lately. It is the sidecar's rule, in whole
-// seconds. It never fails.
+// RetryAfter returns when a session should ask again, from its view: for a
+// waiter, sooner when the line moves fast, never less than 2 s nor more than
+// 30 s, 5 s when nobody was admitted lately; never more than ClaimCap of the
+// view's claim window (a waiter polling as told shows a sign of life
+// several times within the window it gets once promoted), nor, for a
+// promoted session not yet claimed, of the time left before its claim
+// deadline, read at time.Now(). It is the sidecar's rule, in whole seconds,
+// at least 1 s. It never fails.
 func RetryAfter(v session.SessionView) time.Duration {
+	return RetryAfterAt(v, time.Now())
+}
+
+// RetryAfterAt is RetryAfter with the view's claim deadline read at now
+// (the clock of the Waitlist that made the view). It never fails.
+func RetryAfterAt(v session.SessionView, now time.Time) time.Duration {
 	seconds := 5.0
 	ahead := float64(v.Place - 1)
 	if v.Place == 0 && v.Status == session.StatusWaiting {
@@ -185,5 +195,22 @@ func RetryAfter(v session.SessionView) time.Duration {
 		seconds = (ahead + 1) / v.AdmittedPerMinute * 60 / 4 // ask a few times before the turn comes
 	}
 	seconds = min(max(seconds, 2), 30)
-	return time.Duration(math.Trunc(seconds)) * time.Second
+	d := time.Duration(math.Trunc(seconds)) * time.Second
+	// A view from the wire may carry anything: only a positive, finite
+	// window under a day caps (the advice is 30 s at most anyway).
+	if w := v.ClaimWindow; w > 0 && w < 86400 {
+		d = min(d, ClaimCap(time.Duration(w*float64(time.Second))))
+	}
+	if v.ClaimDeadline != nil && !v.ClaimDeadline.IsZero() {
+		d = min(d, ClaimCap(v.ClaimDeadline.Sub(now)))
+	}
+	return d
+}
+
+// ClaimCap is the longest Retry-After that leaves a client polling as told
+// time to show a sign of life within window: a quarter of it in whole
+// seconds, at least 1 s (Retry-After counts whole seconds; a window under
+// 4 s is kept by an open socket, not by polling). It never fails.
+func ClaimCap(window time.Duration) time.Duration {
+	return max(time.Second, (window / 4).Truncate(time.Second))
 }

@@ -86,7 +86,11 @@ func (c *InProcess) check(r *http.Request, validate func(gate, id string) error)
 		_ = validate(c.gate, id)
 		return nil
 	}
-	return &NotActiveError{Gate: c.gate, RetryAfter: RetryAfter(view)}
+	d := RetryAfterAt(view, c.waitlist.Now())
+	if cfg, err := c.waitlist.GateConfig(c.gate); err == nil && cfg.WaitingTimeout > 0 {
+		d = min(d, ClaimCap(cfg.WaitingTimeout)) // a waiter polling as told keeps its place
+	}
+	return &NotActiveError{Gate: c.gate, RetryAfter: d}
 }
 
 var errNoSessionExpired = fmt.Errorf("%w: session expired or released, join again", ErrNoSession)

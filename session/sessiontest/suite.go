@@ -108,6 +108,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("RemoveGate", func(t *testing.T) { testRemoveGate(t, open) })       // suite_remove.go
 	t.Run("ClaimLinkOnce", func(t *testing.T) { testClaimLinkOnce(t, open) }) // suite_claimlink.go
 	t.Run("ClaimLinkBoundToPromotion", func(t *testing.T) { testClaimLinkBoundToPromotion(t, open) })
+	t.Run("ClaimLinkMemoryBehind", func(t *testing.T) { testClaimLinkMemoryBehind(t, open) })
+	t.Run("ClaimWindowInViews", func(t *testing.T) { testClaimWindowInViews(t, open) })
 	t.Run("JoinLeavesLinkClaim", func(t *testing.T) { testJoinLeavesLinkClaim(t, open) })
 	t.Run("ClaimOutputsOnce", func(t *testing.T) { testClaimOutputsOnce(t, open) })
 }
