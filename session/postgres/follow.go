@@ -327,6 +327,9 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 		if err != nil {
 			return err
 		}
+		if drop := s.dropNote.Load(); drop != nil && (*drop)(n) {
+			continue
+		}
 		if n.Channel == s.wakeChannel {
 			s.deliverMu.Lock()
 			for _, g := range sortedKeys(s.pending) {
