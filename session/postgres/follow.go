@@ -352,7 +352,10 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 			_, own := s.ownPIDs.Load(n.PID)
 			s.catchUp(ctx, c, gate, seq, own)
 		} else if !known && mark == noteSettings {
-			s.resyncGate(ctx, c, gate) // a gate added at runtime elsewhere
+			// A gate added at runtime elsewhere.
+			if err := s.adoptGate(ctx, c, gate); err != nil {
+				s.log.Error("anteroom: adopting a gate added at runtime failed", "gate", gate, "err", err)
+			}
 		}
 		s.deliverMu.Unlock()
 		if c.IsClosed() {

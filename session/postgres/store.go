@@ -176,7 +176,7 @@ type Store struct {
 	followPoll  time.Duration
 	polls       atomic.Int64
 	unannounced atomic.Int64
-	adopted     atomic.Int64 // gates adopted by the poll (settings_follow.go)
+	adopted     atomic.Int64 // gates the poll adopted (settings_follow.go)
 }
 
 var _ session.Store = (*Store)(nil)
