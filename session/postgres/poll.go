@@ -107,7 +107,7 @@ func (s *Store) pollGates(ctx context.Context, c *pgx.Conn, p *poller) error {
 	}
 	due := map[string]int64{}
 	behind := map[string]int64{}
-	unknown := map[string]int64{}
+	unknown, bad := map[string]int64{}, map[string]int64{}
 	var adopt []string
 	s.deliverMu.Lock()
 	for g, row := range stored {
@@ -119,12 +119,11 @@ func (s *Store) pollGates(ctx context.Context, c *pgx.Conn, p *poller) error {
 			if !row.settings || !session.ValidGateName(g) {
 				continue
 			}
-			if bad, ok := p.bad[g]; ok && bad == row.seq {
-				unknown[g] = row.seq
+			unknown[g] = row.seq
+			if seq, ok := p.bad[g]; ok && seq == row.seq {
+				bad[g] = seq
 				continue
 			}
-			delete(p.bad, g)
-			unknown[g] = row.seq
 			if prev, ok := p.unknown[g]; ok && !s.own.has(g, prev) && !s.own.has(g, row.seq) {
 				adopt = append(adopt, g)
 			}
@@ -139,7 +138,7 @@ func (s *Store) pollGates(ctx context.Context, c *pgx.Conn, p *poller) error {
 		}
 	}
 	s.deliverMu.Unlock()
-	p.behind, p.unknown = behind, unknown
+	p.behind, p.unknown, p.bad = behind, unknown, bad
 	if len(due) == 0 && len(adopt) == 0 {
 		return nil
 	}
