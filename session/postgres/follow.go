@@ -48,6 +48,9 @@ func (s *Store) deliverLocal(ctx context.Context, c *pgx.Conn, lc localCommit) {
 			s.applied[g] = seq
 		}
 	}
+	if len(lc.loaded) > 0 {
+		s.loadedOnce.Store(true) // gates may be adopted from now on (adoptGate)
+	}
 	if len(lc.seqs) == 0 {
 		return
 	}

@@ -34,7 +34,8 @@ import (
 // One that has runtime settings at two polls in a row, and is still not
 // followed, is adopted: resynced from the tables, its settings with it.
 // A gate without settings is another instance's config file's: not ours to
-// follow. Settings that do not decode are logged once per seq, and the
+// follow. Before the Store's first Load nothing is adopted (Load reads every
+// gate with settings; see adoptGate). Settings that do not decode are logged once per seq, and the
 // gate left alone until its seq moves (an instance is not made unready by
 // a gate it does not serve).
 //
@@ -116,7 +117,7 @@ func (s *Store) pollGates(ctx context.Context, c *pgx.Conn, p *poller) error {
 			continue
 		}
 		if !known {
-			if !row.settings || !session.ValidGateName(g) {
+			if !row.settings || !session.ValidGateName(g) || !s.loadedOnce.Load() {
 				continue
 			}
 			unknown[g] = row.seq

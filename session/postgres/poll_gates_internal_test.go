@@ -312,3 +312,37 @@ func TestPollSurvivesServerRestarts(t *testing.T) {
 		"b adopts the gate after the restarts")
 	require.Eventually(t, func() bool { return b.Ready() == nil }, polled, 5*time.Millisecond)
 }
+
+// Before its first Load (a Waitlist being created) a Store adopts no gate,
+// however many polls and notifications name it: Load reads every gate with
+// settings, and is where the listener's memory starts.
+func TestNoGateIsAdoptedBeforeTheFirstLoad(t *testing.T) {
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	a := openAsync(t, url, Options{FollowPoll: gatePoll})
+	b := openAsync(t, url, Options{FollowPoll: gatePoll})
+	wa := waitlistOn(t, a)
+	extra := sessiontest.GateConfig("extra", 2)
+	loseFlushes(a, false)
+	require.Error(t, wa.AddGate(ctx, extra), "unacknowledged")
+	_, err := a.pool.Exec(ctx, "SELECT pg_notify('anteroom_commits', '1 extra s')")
+	require.NoError(t, err)
+	p := b.polls.Load()
+	require.Eventually(t, func() bool { return b.polls.Load() >= p+10 }, polled, time.Millisecond)
+	b.deliverMu.Lock()
+	_, known := b.applied["extra"]
+	b.deliverMu.Unlock()
+	assert.False(t, known, "adopted before the first Load")
+	assert.Zero(t, b.adopted.Load())
+
+	wb := waitlistOn(t, b)
+	assert.True(t, hasGate(wb, "extra", 2), "Load reads it")
+	require.Eventually(t, func() bool { return hasGate(wa, "extra", 2) }, polled, 5*time.Millisecond)
+	_, err = wa.Join(ctx, "extra", "x1")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return wb.ValidateSessionIsActive("extra", "x1") == nil }, polled, 5*time.Millisecond)
+	p = b.polls.Load()
+	require.Eventually(t, func() bool { return b.polls.Load() >= p+3 }, polled, time.Millisecond)
+	assert.Zero(t, b.adopted.Load())
+	assert.NoError(t, b.Ready())
+}

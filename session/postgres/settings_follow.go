@@ -214,7 +214,16 @@ func (s *Store) adoptGates(ctx context.Context, q querier) error {
 // Errors: the snapshot's, wrapping errBadSettings when the settings do not
 // decode or validate; the gate stays unfollowed and the Store's readiness
 // unchanged.
+//
+// Nothing is adopted before the Store's first Load was delivered: Load
+// reads every gate with settings, and its snapshot is what the listener
+// (a Waitlist being created) starts from; a gate adopted before it would
+// be followed from an older seq, and the commits between applied on top of
+// that snapshot a second time.
 func (s *Store) adoptGate(ctx context.Context, q querier, gate string) error {
+	if !s.loadedOnce.Load() {
+		return nil
+	}
 	snap, seq, err := readSnapshot(ctx, q, gate)
 	if err != nil {
 		return err

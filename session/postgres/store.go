@@ -177,6 +177,9 @@ type Store struct {
 	polls       atomic.Int64
 	unannounced atomic.Int64
 	adopted     atomic.Int64 // gates the poll adopted (settings_follow.go)
+	// loadedOnce: a Load was delivered; no gate is adopted before
+	// (settings_follow.go).
+	loadedOnce atomic.Bool
 }
 
 var _ session.Store = (*Store)(nil)
