@@ -94,10 +94,12 @@ func flushWAL(ctx context.Context, q interface {
 }
 
 // ownSeqs are the commits this instance's writer made and has not yet
-// delivered (between its COMMIT and the end of its flush). The follower
-// may read one from the outbox first, with another instance's later
-// commit: it is still this instance's own (Commit.Remote false), which its
-// metrics count.
+// delivered (from its COMMIT to the end of deliverLocal, through the flush
+// in the default mode), in both commit modes. The follower may read one
+// from the outbox first, with another instance's later commit: it is still
+// this instance's own (Commit.Remote false), which its metrics count. The
+// poll never takes one (poll.go): its writer delivers it, or fails and
+// resyncs.
 type ownSeqs struct {
 	mu sync.Mutex
 	m  map[key]bool // key.id is the seq, as text
@@ -137,10 +139,6 @@ func (o *ownSeqs) has(gate string, seq int64) bool {
 // may not last: its callers get the error, and the gates it reported wait
 // for a resync from the tables (the Store is unready until then).
 func (s *Store) flushed(ctx context.Context, c *pgx.Conn, b *batch, lc localCommit) bool {
-	s.own.add(lc.seqs)
-	if s.afterCommit != nil {
-		s.afterCommit(c)
-	}
 	err := flushCommit(ctx, c, b.notes)
 	if err == nil {
 		return true

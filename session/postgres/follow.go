@@ -48,6 +48,9 @@ func (s *Store) deliverLocal(ctx context.Context, c *pgx.Conn, lc localCommit) {
 			s.applied[g] = seq
 		}
 	}
+	if len(lc.loaded) > 0 {
+		s.loadedOnce.Store(true) // gates may be adopted from now on (adoptGate)
+	}
 	if len(lc.seqs) == 0 {
 		return
 	}
@@ -327,6 +330,9 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 		if err != nil {
 			return err
 		}
+		if drop := s.dropNote.Load(); drop != nil && (*drop)(n) {
+			continue
+		}
 		if n.Channel == s.wakeChannel {
 			s.deliverMu.Lock()
 			for _, g := range sortedKeys(s.pending) {
@@ -349,7 +355,10 @@ func (s *Store) followConn(ctx context.Context, c *pgx.Conn) error {
 			_, own := s.ownPIDs.Load(n.PID)
 			s.catchUp(ctx, c, gate, seq, own)
 		} else if !known && mark == noteSettings {
-			s.resyncGate(ctx, c, gate) // a gate added at runtime elsewhere
+			// A gate added at runtime elsewhere.
+			if err := s.adoptGate(ctx, c, gate); err != nil {
+				s.log.Error("anteroom: adopting a gate added at runtime failed", "gate", gate, "err", err)
+			}
 		}
 		s.deliverMu.Unlock()
 		if c.IsClosed() {

@@ -3,11 +3,13 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -95,50 +97,97 @@ func TestUnannouncedCommitIsPolled(t *testing.T) {
 	assert.NoError(t, b.Ready())
 }
 
-// A commit of this instance between its COMMIT and its flush is its
-// writer's to deliver, however many polls see it behind: the poll does not
-// take it, and the listener gets it once, as its own, after the flush.
+// A commit of this instance between its COMMIT and its delivery is its
+// writer's to deliver, however many polls see it behind, in both commit
+// modes: the poll does not take it, and the listener gets it once, as its
+// own, when the writer goes on. In the synchronous mode the commit's
+// notification is sent with it; here it is lost (as when the follower is
+// too busy to read it before two polls), so only the poll could take it.
 func TestPollLeavesAnOwnCommitToItsWriter(t *testing.T) {
-	url := pgtest.DB(t)
-	ctx := context.Background()
-	a := openAsync(t, url, Options{FollowPoll: 5 * time.Millisecond})
-	cfg := session.GateConfig{Name: "g", ActiveLimit: 10, ActiveTimeout: time.Hour, WaitingTimeout: time.Hour}
-	_, err := a.Load(ctx, []string{"g"})
+	for _, tc := range []struct {
+		name string
+		sync bool
+	}{{"async commit and flush", false}, {"synchronous commit", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := pgtest.DB(t)
+			ctx := context.Background()
+			a := openMode(t, url, Options{FollowPoll: 5 * time.Millisecond, SynchronousCommit: tc.sync})
+			loseCommitNotes(a)
+			cfg := session.GateConfig{Name: "g", ActiveLimit: 10, ActiveTimeout: time.Hour, WaitingTimeout: time.Hour}
+			_, err := a.Load(ctx, []string{"g"})
+			require.NoError(t, err)
+			seen := recordEvents(a)
+			reached, release := paused(a)
+			var released sync.Once
+			free := func() { released.Do(func() { close(release) }) }
+			defer free() // a failed assertion must not leave the writer paused
+			joined := make(chan error, 1)
+			go func() {
+				_, err := a.Join(ctx, cfg, "mine", time.Now())
+				joined <- err
+			}()
+			<-reached
+			polls := a.polls.Load()
+			require.Eventually(t, func() bool { return a.polls.Load() >= polls+5 }, 10*time.Second, time.Millisecond, "the follower polls")
+			kinds, remote := seen.of("mine")
+			assert.Empty(t, kinds, "the poll took the writer's commit before its delivery (remote: %v)", remote)
+			free()
+			require.NoError(t, <-joined)
+			kinds, remote = seen.of("mine")
+			assert.Equal(t, []session.EventKind{session.EventActivated}, kinds, "applied once")
+			assert.Equal(t, []bool{false}, remote)
+			assert.Zero(t, a.unannounced.Load())
+			// Later polls find nothing more to apply.
+			polls = a.polls.Load()
+			require.Eventually(t, func() bool { return a.polls.Load() >= polls+3 }, 10*time.Second, time.Millisecond)
+			kinds, _ = seen.of("mine")
+			assert.Len(t, kinds, 1, "applied twice")
+			assert.NoError(t, a.Ready())
+		})
+	}
+}
+
+// openMode opens a Store in the commit mode opts asks for.
+func openMode(t *testing.T, url string, opts Options) *Store {
+	t.Helper()
+	if !opts.SynchronousCommit {
+		return openAsync(t, url, opts)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s, err := Open(context.Background(), url, opts)
 	require.NoError(t, err)
-	seen := recordEvents(a)
-	reached, release := paused(a)
-	var released sync.Once
-	free := func() { released.Do(func() { close(release) }) }
-	defer free() // a failed assertion must not leave the writer paused
-	joined := make(chan error, 1)
-	go func() {
-		_, err := a.Join(ctx, cfg, "mine", time.Now())
-		joined <- err
-	}()
-	<-reached
-	polls := a.polls.Load()
-	require.Eventually(t, func() bool { return a.polls.Load() >= polls+5 }, 10*time.Second, time.Millisecond, "the follower polls")
-	kinds, _ := seen.of("mine")
-	assert.Empty(t, kinds, "the poll took the writer's commit before its flush")
-	free()
-	require.NoError(t, <-joined)
-	kinds, remote := seen.of("mine")
-	assert.Equal(t, []session.EventKind{session.EventActivated}, kinds)
-	assert.Equal(t, []bool{false}, remote)
-	assert.Zero(t, a.unannounced.Load())
+	t.Cleanup(func() { _ = s.Close() })
+	require.False(t, s.async)
+	return s
+}
+
+// loseCommitNotes makes s's follower ignore every commit notification: only
+// its poll follows.
+func loseCommitNotes(s *Store) {
+	drop := func(n *pgconn.Notification) bool { return n.Channel == channel }
+	s.dropNote.Store(&drop)
 }
 
 // In normal operation, with a poll far shorter than it takes to follow,
 // two instances writing at once still apply each commit once, each
-// instance's own as its own, the others' as Remote, and never resync.
+// instance's own as its own, the others' as Remote, and never resync, in
+// both commit modes.
 func TestPollDoesNotDoubleApply(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("synchronous=%v", sync), func(t *testing.T) { pollDoesNotDoubleApply(t, sync) })
+	}
+}
+
+func pollDoesNotDoubleApply(t *testing.T, synchronous bool) {
 	url := pgtest.DB(t)
 	ctx := context.Background()
 	cfg := session.GateConfig{Name: "g", ActiveLimit: 1000, ActiveTimeout: time.Hour, WaitingTimeout: time.Hour}
 	var stores [2]*Store
 	var seen [2]*seenEvents
 	for i := range stores {
-		stores[i] = openAsync(t, url, Options{FollowPoll: 20 * time.Millisecond})
+		stores[i] = openMode(t, url, Options{FollowPoll: 20 * time.Millisecond, SynchronousCommit: synchronous})
 		_, err := stores[i].Load(ctx, []string{"g"})
 		require.NoError(t, err)
 		seen[i] = recordEvents(stores[i])

@@ -21,14 +21,21 @@ import (
 // that was inserted (a gate added at runtime, or the first change of a gate
 // of the config file) makes every instance resync the gate from the tables
 // instead, so that an instance that does not have the gate gets its whole
-// state with it. A gate an instance does not follow yet is adopted when a
-// notification with the marker names it, and at every resync after a lost
-// connection (resyncAll reads every settings row). A resync reads the
+// state with it. A gate an instance does not follow yet is adopted
+// (adoptGate) when a notification with the marker names it, at every
+// resync after a lost connection (resyncAll reads every settings row), and
+// by the poll when the notification was lost (poll.go). A resync reads the
 // settings with the rest of the gate, so a change missed while not
-// listening is applied with it.
+// listening is applied with it. A change (or a removal) of a gate followed
+// whose notification was lost is a commit of the gate like any other: the
+// poll sees its seq behind and catches it up from the outbox.
 
 // noteSettings marks the notification of a commit that changed settings.
 const noteSettings = "s"
+
+// errBadSettings wraps the error of a settings row that does not decode or
+// validate.
+var errBadSettings = errors.New("settings do not decode")
 
 // FollowsSettings marks the Store as a session.SettingsFollower: it reports
 // every change of runtime settings, its own included, to the commit
@@ -154,18 +161,20 @@ func readSettings(ctx context.Context, q pgx.Tx, gate string) (*session.GateConf
 	}
 	var st storedSettings
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("settings of gate %q: %w", gate, err)
+		return nil, fmt.Errorf("%w: settings of gate %q: %w", errBadSettings, gate, err)
 	}
 	cfg, err := st.config(gate)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errBadSettings, err)
 	}
 	return &cfg, nil
 }
 
-// adoptGates resyncs every gate with runtime settings that this instance
+// adoptGates adopts every gate with runtime settings that this instance
 // does not follow yet: added by another instance while this one was not
-// listening. deliverMu is held.
+// listening. A gate whose settings do not decode is logged and left alone
+// (the poll tries it again when its seq moves). deliverMu is held. Errors:
+// the reads'.
 func (s *Store) adoptGates(ctx context.Context, q querier) error {
 	rows, err := q.Query(ctx, `SELECT gate FROM anteroom_gate_settings ORDER BY gate`)
 	if err != nil {
@@ -185,9 +194,53 @@ func (s *Store) adoptGates(ctx context.Context, q querier) error {
 		return err
 	}
 	for _, n := range names {
-		if _, known := s.applied[n]; !known && session.ValidGateName(n) {
-			s.resyncGate(ctx, q, n)
+		if _, known := s.applied[n]; known || !session.ValidGateName(n) {
+			continue
+		}
+		if err := s.adoptGate(ctx, q, n); errors.Is(err, errBadSettings) {
+			s.log.Error("anteroom: a gate added at runtime has settings that do not decode; not followed", "gate", n, "err", err)
+		} else if err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// adoptGate starts following gate, which this instance does not follow
+// yet, when it has runtime settings (a gate added at runtime elsewhere):
+// its whole state, read in one snapshot, goes to the listener as a Resync
+// with its settings. A gate without settings (removed meanwhile, or of
+// another instance's config file) is left alone. deliverMu is held.
+// Errors: the snapshot's, wrapping errBadSettings when the settings do not
+// decode or validate; the gate stays unfollowed and the Store's readiness
+// unchanged.
+//
+// Nothing is adopted before the Store's first Load was delivered: Load
+// reads every gate with settings, and its snapshot is what the listener
+// (a Waitlist being created) starts from; a gate adopted before it would
+// be followed from an older seq, and the commits between applied on top of
+// that snapshot a second time.
+func (s *Store) adoptGate(ctx context.Context, q querier, gate string) error {
+	if !s.loadedOnce.Load() {
+		return nil
+	}
+	snap, seq, err := readSnapshot(ctx, q, gate)
+	if err != nil {
+		return err
+	}
+	if snap.Settings == nil {
+		return nil
+	}
+	if a, known := s.applied[gate]; known && a >= seq {
+		return nil
+	}
+	s.applied[gate] = seq
+	s.resyncs.Add(1)
+	s.log.Info("anteroom: following a gate added at runtime", "gate", gate, "seq", seq)
+	s.notifyListener(session.Commit{
+		Gates:    map[string]session.GateState{gate: snap.State},
+		Resync:   map[string]session.GateSnapshot{gate: snap},
+		Settings: map[string]*session.GateConfig{gate: snap.Settings},
+	})
 	return nil
 }

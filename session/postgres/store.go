@@ -165,15 +165,21 @@ type Store struct {
 	noHistory bool // Options.DisableHistory
 	// async: the writer commits asynchronously, then flushes (durable.go);
 	// own are its commits not yet delivered; afterCommit, a test's hook,
-	// runs between the two.
+	// runs after the COMMIT, before the flush and the delivery; dropNote, a
+	// test's hook, makes the follower ignore a notification (a lost one).
 	async       bool
 	own         ownSeqs
 	afterCommit func(*pgx.Conn)
+	dropNote    atomic.Pointer[func(*pgconn.Notification) bool]
 
 	// followPoll, polls and unannounced: the follower's poll (poll.go).
 	followPoll  time.Duration
 	polls       atomic.Int64
 	unannounced atomic.Int64
+	adopted     atomic.Int64 // gates the poll adopted (settings_follow.go)
+	// loadedOnce: a Load was delivered; no gate is adopted before
+	// (settings_follow.go).
+	loadedOnce atomic.Bool
 }
 
 var _ session.Store = (*Store)(nil)

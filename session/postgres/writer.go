@@ -255,6 +255,12 @@ func (s *Store) runBatch(ops []*op) {
 		return
 	}
 	s.txs.Add(1)
+	// Until delivered the commit is the writer's: the follower's poll leaves
+	// it alone (poll.go), in both commit modes.
+	s.own.add(commit.seqs)
+	if s.afterCommit != nil {
+		s.afterCommit(conn.Conn())
+	}
 	if s.async && !s.flushed(ctx, conn.Conn(), b, commit) {
 		return
 	}
