@@ -105,6 +105,9 @@ func (l *lineIndex) add(p int64) {
 		return
 	}
 	l.slots[i] = 1
+	// A waiter back ahead of the front (at a position it left) moves the
+	// front back, else the next rebuild from the front would drop it.
+	l.front = min(l.front, i)
 	l.n++
 	l.update(i, 1)
 	// A waiter behind every kept start (a new join at the end) moves none

@@ -265,3 +265,43 @@ func TestLineBucketsCatchAForgottenDeparture(t *testing.T) {
 	m.update(1, 1)
 	require.NotEqual(t, m.bucketsFull(), m.buckets(), "a join ahead of the starts they were not told of must show")
 }
+
+// TestLineIndexWaiterBackAheadOfTheFront: a waiter put back at a position
+// ahead of the front (which had moved past it) survives the rebuild from
+// the front. Before the fix add left the front where it was, and the
+// rebuild dropped the slots before it, the waiter's included.
+func TestLineIndexWaiterBackAheadOfTheFront(t *testing.T) {
+	var l lineIndex
+	for p := int64(1); p <= 10000; p++ {
+		l.add(p)
+	}
+	for p := int64(1); p <= 3000; p++ {
+		l.remove(p)
+	}
+	l.add(1000)
+	for p := int64(3001); p <= 7000; p++ {
+		l.remove(p)
+	}
+	require.True(t, l.has(1000))
+	require.Equal(t, int64(3001), l.n)
+	first, ok := l.kth(1)
+	require.True(t, ok)
+	require.Equal(t, int64(1000), first)
+	second, _ := l.kth(2)
+	require.Equal(t, int64(7001), second)
+	require.Equal(t, int64(1), l.ahead(7001))
+	require.Equal(t, l.bucketsFull(), bucketsFromModel(append([]int64{1000}, seq(7001, 10000)...)))
+	l.remove(1000)
+	require.Less(t, len(l.slots), 10000, "rebuilt from the front once it left")
+	require.Equal(t, int64(3000), l.n)
+	first, _ = l.kth(1)
+	require.Equal(t, int64(7001), first)
+}
+
+func seq(from, to int64) []int64 {
+	var out []int64
+	for p := from; p <= to; p++ {
+		out = append(out, p)
+	}
+	return out
+}
