@@ -17,9 +17,11 @@ type lineIndex struct {
 
 	// The last buckets' starts, kept so that a commit does not look up all
 	// of them again (see buckets). bk[j] is the position that held the
-	// waiter of rank 1+j·bkSize when buckets last ran; bk[:bkOK] are still
-	// that waiter once moved on by the departures since (bkGone), those from
-	// bkOK on must be looked up again. bkSize 0: nothing kept.
+	// waiter of rank 1+j·bkSize when buckets last ran. For j < bkOK nobody
+	// joined at or ahead of bk[j] since, so the waiters at positions up to
+	// bk[j] are that rank less the departures at or before it (the sum of
+	// bkGone[:j+1]); from bkOK on the starts must be looked up again.
+	// bkSize 0: nothing kept.
 	bk     []int64
 	bkGone []int64 // bkGone[j]: departures at or before bk[j] and after bk[j-1], since
 	bkOK   int
