@@ -187,7 +187,7 @@ func (s *Server) writeJoin(c echo.Context, view *session.SessionView, tok string
 		bp := joinBufs.Get().(*[]byte)
 		b, ok := appendJoinJSON((*bp)[:0], view, tok)
 		if ok && !c.Echo().Debug {
-			err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+			err := blobJSON(c, b)
 			*bp = b
 			joinBufs.Put(bp)
 			return err
@@ -203,7 +203,7 @@ func writeGlobal(c echo.Context, view *session.GlobalView) error {
 		bp := joinBufs.Get().(*[]byte)
 		b, ok := appendGlobalJSON((*bp)[:0], view)
 		if ok && !c.Echo().Debug {
-			err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+			err := blobJSON(c, b)
 			*bp = b
 			joinBufs.Put(bp)
 			return err

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -215,7 +216,14 @@ func TestGlobalAnswerIsEncodingJSONs(t *testing.T) {
 			got := httptest.NewRecorder()
 			require.NoError(t, writeGlobal(e.NewContext(httptest.NewRequest(http.MethodGet, target, nil), got), &v))
 			assert.Equal(t, want.Body.String(), got.Body.String(), target)
-			assert.Equal(t, want.Header(), got.Header(), target)
+			// The hand-written answer declares its length (blobJSON), which
+			// net/http adds to a short c.JSON answer on the wire itself.
+			gotHeader := got.Header().Clone()
+			if n := gotHeader.Get(echo.HeaderContentLength); n != "" {
+				assert.Equal(t, strconv.Itoa(got.Body.Len()), n, target)
+				gotHeader.Del(echo.HeaderContentLength)
+			}
+			assert.Equal(t, want.Header(), gotHeader, target)
 		}
 	}
 }

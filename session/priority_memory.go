@@ -58,7 +58,7 @@ func (g *gateMemory) place(p int64) (int64, string) {
 // lanes returns the store's state with its waiting bounds and count
 // narrowed to the normal lane, and the priority lane's view, while anyone
 // waits in the priority lane; st as it is otherwise (every waiter is then
-// in the normal lane). g.mu must be held for reading.
+// in the normal lane). g.mu must be held for writing (buckets).
 func (g *gateMemory) lanes(st GateState) (GateState, *LaneView) {
 	if g.prio.n == 0 {
 		return st, nil

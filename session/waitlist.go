@@ -986,10 +986,12 @@ func (g *gateMemory) resync(snap GateSnapshot) {
 }
 
 func (g *gateMemory) globalView(st GateState, now time.Time) GlobalView {
-	g.mu.RLock()
+	// Locked for writing: buckets keeps the starts it found for the next
+	// commit.
+	g.mu.Lock()
 	buckets := g.line.buckets()
 	st, prio := g.lanes(st)
-	g.mu.RUnlock()
+	g.mu.Unlock()
 	cfg := g.cfg.Load()
 	return GlobalView{
 		Priority:             prio,

@@ -56,6 +56,7 @@ type config struct {
 	conns    int           // HTTP keep-alive connections
 	workers  int           // in-process concurrent callers
 	sessions int           // active sessions for validate and check
+	joinLine int           // join-http: waiters bulk-loaded in line before the joins (0: none)
 	interval time.Duration // broadcast interval
 
 	fanoutN        int
@@ -104,6 +105,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.conns, "conns", 0, "HTTP keep-alive client connections (default 128, smoke 32)")
 	fs.IntVar(&c.workers, "workers", 0, "concurrent in-process callers for join-inproc (default 256, smoke 64)")
 	fs.IntVar(&c.sessions, "sessions", 0, "active sessions for validate-inproc and check-http (default 10000, smoke 1000)")
+	fs.IntVar(&c.joinLine, "join-line", 0, "join-http: waiters bulk-loaded in line before the joins, so that they join a long line (default 0: an empty gate)")
 	fs.DurationVar(&c.interval, "interval", 250*time.Millisecond, "broadcast interval of the servers (broadcast_interval)")
 	fs.IntVar(&c.fanoutN, "fanout-n", 0, "waiting sockets in fanout (default 19000, smoke 300; capped by RLIMIT_NOFILE)")
 	fs.IntVar(&c.fanoutRepeat, "fanout-repeat", 0, "state changes timed in fanout; the worst is reported (default 3, smoke 1)")

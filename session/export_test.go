@@ -1,0 +1,21 @@
+package session
+
+// GlobalRecounted is the gate's current global view with the buckets of
+// both lanes counted from scratch (bucketsFull), at the state the view was
+// made for when no commit is under way: what the kept starts must give.
+func (w *Waitlist) GlobalRecounted(gate string) (GlobalView, error) {
+	g, err := w.gate(gate)
+	if err != nil {
+		return GlobalView{}, err
+	}
+	v := g.currentView(w.clock.Now())
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	v.Buckets = g.line.bucketsFull()
+	if v.Priority != nil {
+		p := *v.Priority
+		p.Buckets = g.prio.bucketsFull()
+		v.Priority = &p
+	}
+	return v, nil
+}
