@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -12,8 +13,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/gatetest"
+	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 )
 
 // promoteCalledBack makes b a called-back session promoted behind "in" and
@@ -150,4 +154,43 @@ func TestClaimPageEscapes(t *testing.T) {
 	// The gate is escaped in the form's action too (an unknown gate is 404).
 	status, body, _ := send(t, noRedirects, "GET", strings.Replace(link, "gate=default", "gate=%3Cx%3E", 1), "")
 	assert.Equal(t, http.StatusNotFound, status, body)
+}
+
+// TestClaimLinkTicketNotLogged: the access log lines of the claim page and
+// of its POST name the path, never the ticket (in the link's query, and in
+// the POST's body).
+func TestClaimLinkTicketNotLogged(t *testing.T) {
+	logs := &sessiontest.LogBuffer{}
+	cfg := gatetest.Gate("default", 1)
+	cfg.NotifyClaimTimeout = 15 * time.Minute
+	var sc *gatetest.Sidecar
+	signer, err := token.NewSignerWithOptions([]byte(strings.Repeat("s", token.MinSecretLength)), token.Options{Now: func() time.Time { return sc.Clock.Now() }})
+	require.NoError(t, err)
+	sc = gatetest.StartSidecar(t, gatetest.Options{
+		Gates:  []session.GateConfig{cfg},
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Gate: func(o *gate.Options) {
+			o.Signer = signer
+			o.AccessLog = true
+			o.AccessLogKey = []byte("a key for the access log hashes")
+		},
+	})
+	sc.Signer = signer
+	deadline := promoteCalledBack(t, sc)
+	link := claimURL(t, sc, "default", "b", deadline)
+	u, err := url.Parse(link)
+	require.NoError(t, err)
+	ticket := u.Query().Get("ticket")
+	require.NotEmpty(t, ticket)
+
+	status, _, _ := send(t, noRedirects, "GET", link, "")
+	require.Equal(t, http.StatusOK, status)
+	status, _, _ = claimPost(t, noRedirects, link)
+	require.Equal(t, http.StatusSeeOther, status)
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), "/anteroom/claim") >= 2 }, 5*time.Second, 5*time.Millisecond)
+	out := logs.String()
+	assert.NotContains(t, out, ticket)
+	assert.NotContains(t, out, "ticket=")
+	mac := ticket[strings.LastIndex(ticket, ".")+1:]
+	assert.NotContains(t, out, mac)
 }
