@@ -38,9 +38,9 @@ func TestBackendRejoinLeavesClaimToLink(t *testing.T) {
 	require.False(t, s.ClaimDeadline.IsZero(), "nor in the store")
 
 	u := claimURL(t, sc, "default", "b", s.ClaimDeadline)
-	status, body, _ = send(t, noRedirects, "GET", u, "")
+	status, body, _ = claimPost(t, noRedirects, u)
 	assert.Equal(t, http.StatusSeeOther, status, body)
-	status, body, _ = send(t, noRedirects, "GET", u, "")
+	status, body, _ = claimPost(t, noRedirects, u)
 	assert.Equal(t, http.StatusConflict, status, "the link claims once")
 	assert.Contains(t, body, "already_claimed")
 }
@@ -70,7 +70,7 @@ func TestOwnSignOfLifeClaimsCalledBackSlot(t *testing.T) {
 			status, body, _ := send(t, http.DefaultClient, "GET", sc.URL+gatetest.BasePath+path, "", "Authorization", "Bearer "+sc.Token(t, "b"))
 			require.Equal(t, http.StatusOK, status, body)
 			// No other read between: Status would claim too.
-			status, body, hdr := send(t, noRedirects, "GET", claimURL(t, sc, "default", "b", s.ClaimDeadline), "")
+			status, body, hdr := claimPost(t, noRedirects, claimURL(t, sc, "default", "b", s.ClaimDeadline))
 			assert.Equal(t, http.StatusConflict, status, "claimed by the person's own request: %s", body)
 			assert.Empty(t, hdr.Values("Set-Cookie"), "the link hands out no cookie once the slot is claimed")
 		})

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"net/url"
@@ -12,21 +13,27 @@ import (
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/static"
 )
 
 // "Leave, we'll call you": a waiter's backend marks its session notify
 // (POST {base}/api/notify, API key); the waiter may close its tab; when it
-// is promoted the promoted webhook carries a claim link, whose first visit
-// (GET {base}/claim?gate=&ticket=) claims the slot and hands the browser
-// the session's cookie.
+// is promoted the promoted webhook carries a claim link. A GET (or HEAD) of
+// the link (GET {base}/claim?gate=&ticket=) claims nothing: mail and chat
+// link scanners fetch every link of a message before the person clicks.
+// It answers a page whose form posts the ticket (POST {base}/claim?gate=,
+// body ticket=&next=), submitted by script on load or by its button; the
+// POST claims the slot and hands the browser the session's cookie.
 
 // ClaimPath is the path of claim links under the base path.
 const ClaimPath = "/claim"
 
 func (s *Server) notifyRoutes(e *echo.Echo, b string, limited []echo.MiddlewareFunc) {
 	e.POST(b+"/api/notify", s.notify, limited...)
-	// GET only: a HEAD (a link preview, a scanner's probe) must not claim.
-	e.GET(b+ClaimPath, s.claimLink, limited...)
+	// A GET or HEAD (a scanner, a link preview, the person) only shows the
+	// page; the page's POST claims.
+	e.Match([]string{http.MethodGet, http.MethodHead}, b+ClaimPath, s.claimPage, limited...)
+	e.POST(b+ClaimPath, s.claimLink, limited...)
 }
 
 // notifyRequest is the JSON body of POST {base}/api/notify.
@@ -70,30 +77,104 @@ func (s *Server) notify(c echo.Context) error {
 	return c.JSON(http.StatusOK, view)
 }
 
-// claimLink serves a claim link's visit: the first visit while the slot
-// waits to be claimed claims it, sets the session's cookie and redirects
-// (303) to ?next= (a local path) or "/". A ticket that does not verify or
-// has expired is 401 invalid_ticket; a slot claimed already (or purged, or
-// never promoted, or promoted again since the link was issued: the ticket
-// names its promotion by the claim deadline) is 409 already_claimed.
-func (s *Server) claimLink(c echo.Context) error {
+// Referrer policies of the claim link's answers. The page sends only its
+// origin as Referer (its URL holds the ticket), which keeps the Origin of
+// its form's POST (a policy of no-referrer would make it "null"); the
+// claim's redirect and errors send none, so the page the link leads to
+// never sees the ticket.
+var (
+	valueStrictOrigin = []string{"strict-origin"}
+	valueNoReferrer   = []string{"no-referrer"}
+)
+
+// verifyClaimTicket returns the session and claim deadline of claim ticket
+// t at gate: 401 invalid_ticket when it is missing, does not verify, or
+// has expired.
+func (s *Server) verifyClaimTicket(c echo.Context, gate, t string) (string, time.Time, error) {
+	if t == "" {
+		return "", time.Time{}, apiError(codeInvalidTicket, "claim link without a ticket")
+	}
+	id, deadline, ok := s.opts.Signer.VerifyClaimTicket(t, gate)
+	if !ok {
+		return "", time.Time{}, apiError(codeInvalidTicket, "claim link invalid or expired")
+	}
+	s.note(c, gate, id)
+	return id, deadline, nil
+}
+
+// claimPage answers a claim link's GET or HEAD, which must not claim (link
+// scanners fetch every link of a mail or chat message): a ticket that
+// verifies gets the claim page (200, no-store, under a fresh CSP nonce),
+// whose form posts the ticket; a missing, forged or expired one is 401
+// invalid_ticket, an unknown gate 404 unknown_gate. Whether the slot is
+// still there is the POST's to say.
+func (s *Server) claimPage(c echo.Context) error {
 	r := c.Request()
+	c.Response().Header()["Referrer-Policy"] = valueNoReferrer
 	gate := s.gateOf(r, "")
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	t := ""
+	t, next := "", ""
 	if r.URL.RawQuery != "" {
-		t = r.URL.Query().Get("ticket")
+		q := r.URL.Query()
+		t, next = q.Get("ticket"), q.Get("next")
 	}
+	if _, _, err := s.verifyClaimTicket(c, gate, t); err != nil {
+		return err
+	}
+	if !wire.LocalPath(next) {
+		next = ""
+	}
+	data := static.ClaimPageData{BasePath: s.opts.BasePath, Gate: gate, Ticket: t, Next: next, Nonce: contentSecurityPolicy(c)}
+	var buf bytes.Buffer
+	if err := static.RenderClaimPage(&buf, data); err != nil {
+		return err
+	}
+	c.Response().Header()["Referrer-Policy"] = valueStrictOrigin
+	return htmlPage(c, buf.Bytes())
+}
+
+// claimLink claims the slot of a claim link's ticket, posted by the claim
+// page's form (body ticket= and next=, form-encoded; ?ticket= and ?next=
+// when the body names none): the first claim while the slot waits claims
+// it, sets the session's cookie and redirects (303) to next (a local path)
+// or "/". A request from a page of another origin is 403 cross_origin (as
+// join's); a ticket missing, that does not verify or has expired is 401
+// invalid_ticket; a slot claimed already (or purged, or never promoted, or
+// promoted again since the link was issued: the ticket names its promotion
+// by the claim deadline) is 409 already_claimed; a body that is not a form
+// is 400 invalid_argument, a larger one than the limit 413.
+func (s *Server) claimLink(c echo.Context) error {
+	r := c.Request()
+	c.Response().Header()["Referrer-Policy"] = valueNoReferrer
+	if err := s.checkOrigin(r); err != nil {
+		return err
+	}
+	body, err := s.readBody(r)
+	if err != nil {
+		return err
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return apiError(session.CodeInvalidArgument, "the claim's body must be a form: ticket=...&next=...")
+	}
+	gate := s.gateOf(r, form.Get("gate"))
+	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
+		return err
+	}
+	var query url.Values
+	if r.URL.RawQuery != "" {
+		query = r.URL.Query()
+	}
+	t, next := form.Get("ticket"), form.Get("next")
 	if t == "" {
-		return apiError(codeInvalidTicket, "claim link without a ticket")
+		t, next = query.Get("ticket"), query.Get("next")
 	}
-	id, deadline, ok := s.opts.Signer.VerifyClaimTicket(t, gate)
-	if !ok {
-		return apiError(codeInvalidTicket, "claim link invalid or expired")
+	id, deadline, err := s.verifyClaimTicket(c, gate, t)
+	if err != nil {
+		return err
 	}
-	s.note(c, gate, id)
 	if err := s.opts.Waitlist.ClaimLink(r.Context(), gate, id, deadline); err != nil {
 		if errors.Is(err, session.ErrNotActive) {
 			return apiError(wire.CodeAlreadyClaimed, "this link was used already, or its slot is gone")
@@ -105,7 +186,6 @@ func (s *Server) claimLink(c echo.Context) error {
 		return err
 	}
 	s.setCookie(c, tok)
-	next := r.URL.Query().Get("next")
 	if !wire.LocalPath(next) {
 		next = "/"
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,21 @@ func send(t *testing.T, c *http.Client, method, url, body string, header ...stri
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), resp.Header
+}
+
+// claimPost does what the claim page of link does in a browser: it posts
+// the link's ticket (and next) as a form to {base}/claim?gate=<gate>.
+func claimPost(t *testing.T, c *http.Client, link string, header ...string) (int, string, http.Header) {
+	t.Helper()
+	u, err := url.Parse(link)
+	require.NoError(t, err)
+	q := u.Query()
+	form := url.Values{"ticket": {q.Get("ticket")}}
+	if n := q.Get("next"); n != "" {
+		form.Set("next", n)
+	}
+	action := u.Scheme + "://" + u.Host + u.Path + "?" + url.Values{"gate": {q.Get("gate")}}.Encode()
+	return send(t, c, "POST", action, form.Encode(), append([]string{"Content-Type", "application/x-www-form-urlencoded"}, header...)...)
 }
 
 var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -136,7 +152,7 @@ func TestClaimLink(t *testing.T) {
 	claim := sc.URL + gatetest.BasePath + "/claim"
 
 	// Before the promotion: nothing to claim.
-	status, body, _ := send(t, noRedirects, "GET", link("default", "b"), "")
+	status, body, _ := claimPost(t, noRedirects, link("default", "b"))
 	assert.Equal(t, 409, status, body)
 	assert.Contains(t, body, "already_claimed")
 
@@ -164,7 +180,7 @@ func TestClaimLink(t *testing.T) {
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name, url string
-		status    int
+		status    int // of the POST; a GET shows the page (200) for a ticket that verifies
 	}{
 		{"no ticket", claim + "?gate=default", 401},
 		{"a websocket ticket", claim + "?gate=default&ticket=" + wsTicket, 401},
@@ -180,17 +196,33 @@ func TestClaimLink(t *testing.T) {
 		{"someone else's waiting session", link("default", "c"), 409},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body, hdr := send(t, noRedirects, "GET", tc.url, "")
+			status, body, hdr := claimPost(t, noRedirects, tc.url)
 			assert.Equal(t, tc.status, status, body)
 			assert.Empty(t, hdr.Values("Set-Cookie"))
+			assert.Equal(t, "no-referrer", hdr.Get("Referrer-Policy"))
+			want := tc.status
+			if want == http.StatusConflict {
+				want = http.StatusOK
+			}
+			status, body, hdr = send(t, noRedirects, "GET", tc.url, "")
+			assert.Equal(t, want, status, body)
+			assert.Empty(t, hdr.Values("Set-Cookie"))
+			if want != http.StatusOK {
+				assert.Contains(t, hdr.Get("Content-Type"), "application/json", "the errors of today")
+				assert.NotContains(t, body, "<form")
+			}
 			assert.Error(t, sc.Waitlist.ClaimLink(ctx, "default", "c", deadline), "nothing claimed by the way")
 		})
 	}
 	st, err := sc.Store.Get(ctx, "default", "b")
 	require.NoError(t, err)
 	require.False(t, st.ClaimDeadline.IsZero(), "still unclaimed")
-	status, _, _ = send(t, noRedirects, "HEAD", link("default", "b"), "")
-	assert.Equal(t, 405, status, "a HEAD does not claim")
+	status, _, hdr := send(t, noRedirects, "HEAD", link("default", "b"), "")
+	assert.Equal(t, http.StatusOK, status, "a HEAD is answered as the page")
+	assert.Empty(t, hdr.Values("Set-Cookie"))
+	st, err = sc.Store.Get(ctx, "default", "b")
+	require.NoError(t, err)
+	require.False(t, st.ClaimDeadline.IsZero(), "a HEAD does not claim")
 
 	// Many visits at once: one wins.
 	u := link("default", "b") + "&next=//evil.example/x"
@@ -200,7 +232,7 @@ func TestClaimLink(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, _, hdr := send(t, noRedirects, "GET", u, "")
+			status, _, hdr := claimPost(t, noRedirects, u)
 			switch status {
 			case http.StatusSeeOther:
 				wins.Add(1)
@@ -254,7 +286,7 @@ func TestClaimLinkBoundToPromotion(t *testing.T) {
 	require.NotEqual(t, oldLink, newLink)
 
 	for range 2 { // the stale link does not use up the slot's link either
-		status, body, hdr := send(t, noRedirects, "GET", oldLink, "")
+		status, body, hdr := claimPost(t, noRedirects, oldLink)
 		assert.Equal(t, http.StatusConflict, status, body)
 		assert.Contains(t, body, "already_claimed")
 		assert.Empty(t, hdr.Values("Set-Cookie"))
@@ -263,13 +295,13 @@ func TestClaimLinkBoundToPromotion(t *testing.T) {
 		assert.Equal(t, second, s.ClaimDeadline, "still unclaimed")
 	}
 
-	status, body, hdr := send(t, noRedirects, "GET", newLink, "")
+	status, body, hdr := claimPost(t, noRedirects, newLink)
 	require.Equal(t, http.StatusSeeOther, status, body)
 	assert.Contains(t, hdr.Get("Set-Cookie"), "anteroom_session=")
 	s, err := sc.Store.Get(ctx, "default", "b")
 	require.NoError(t, err)
 	assert.True(t, s.ClaimDeadline.IsZero(), "claimed")
-	status, body, _ = send(t, noRedirects, "GET", newLink, "")
+	status, body, _ = claimPost(t, noRedirects, newLink)
 	assert.Equal(t, http.StatusConflict, status, "the link claims once")
 	assert.Contains(t, body, "already_claimed")
 }

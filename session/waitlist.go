@@ -382,6 +382,13 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 // ErrNotActive when it is waiting or unknown, ErrUnknownGate, and the error
 // of Options.Ready (ErrUnavailable) while memory may be stale. It is read
 // from memory only and does not allocate.
+//
+// It does not refresh an active session's LastActive, with one exception:
+// a promoted session whose slot waits to be claimed is claimed (a sign of
+// life, as ValidateSessionAndRefreshLastActive's), because the request is
+// the person arriving with the session's credential, and letting it through
+// unclaimed would serve a person whose slot is purged at its claim
+// deadline. Once claimed, a validation is a pure read again.
 func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 	g := w.lookup(gate)
 	if g == nil {
@@ -391,10 +398,13 @@ func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 		return err
 	}
 	g.mu.RLock()
-	_, ok := g.active[id]
+	e, ok := g.active[id]
 	g.mu.RUnlock()
 	if !ok {
 		return ErrNotActive
+	}
+	if e.claimDeadline.Load() != 0 {
+		signActive(e, w.clock.Now().UnixNano())
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,8 +223,9 @@ func TestWebhooksSurviveKill(t *testing.T) {
 // "Leave, we'll call you", end to end over HTTP on the real binary: a
 // backend marks a waiter notify; the waiter shows no sign of life and keeps
 // its place while a plain waiter is purged; promoted, the promoted webhook
-// carries a claim link; its first visit claims the slot and gives the
-// browser the session; the second is refused.
+// carries a claim link, whose page (a GET claims nothing) posts the
+// ticket: that claims the slot and gives the browser the session; a
+// second claim is refused.
 func TestNotifyCallBack(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
@@ -297,10 +299,18 @@ func TestNotifyCallBack(t *testing.T) {
 	// Forged or misdirected links are refused and claim nothing.
 	noRedirect := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	assert.Equal(t, 401, apiCall(t, noRedirect, "GET", strings.Replace(promoted.ClaimURL, "ticket=", "ticket=1", 1), "").status)
-	assert.Equal(t, 405, apiCall(t, noRedirect, "HEAD", promoted.ClaimURL, "").status, "a HEAD (a link preview) does not claim")
+	assert.Equal(t, 200, apiCall(t, noRedirect, "HEAD", promoted.ClaimURL, "").status, "a HEAD (a link preview) does not claim")
+	// A GET (a mail scanner, or the person) shows the claim page, which
+	// claims nothing: its form posts the ticket.
+	page := apiCall(t, noRedirect, "GET", promoted.ClaimURL+"&next=/welcome", "")
+	require.Equal(t, 200, page.status)
+	assert.Contains(t, string(page.raw), `action="/anteroom/claim?gate=default"`)
 
-	// The first visit claims and hands over the session.
-	resp, err := noRedirect.Get(promoted.ClaimURL + "&next=/welcome")
+	// The page's POST claims and hands over the session.
+	linkURL, err := url.Parse(promoted.ClaimURL)
+	require.NoError(t, err)
+	form := url.Values{"ticket": {linkURL.Query().Get("ticket")}, "next": {"/welcome"}}
+	resp, err := noRedirect.Post(base+"/claim?gate=default", "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
@@ -319,8 +329,8 @@ func TestNotifyCallBack(t *testing.T) {
 	assert.NotContains(t, string(st.raw), "claimDeadline", "claimed")
 	assert.Equal(t, 200, apiCall(t, c, "GET", base+"/check", "", "Cookie", "anteroom_session="+cookie.Value).status)
 
-	// The second visit is refused; the claim went out as a webhook.
-	again := apiCall(t, noRedirect, "GET", promoted.ClaimURL, "")
+	// The second claim is refused; the claim went out as a webhook.
+	again := apiCall(t, noRedirect, "POST", base+"/claim?gate=default", form.Encode(), "Content-Type", "application/x-www-form-urlencoded")
 	assert.Equal(t, http.StatusConflict, again.status)
 	assert.Contains(t, string(again.raw), "already_claimed")
 	waitHook(t, "the claimed webhook", func() bool {

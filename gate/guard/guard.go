@@ -87,7 +87,8 @@ type Checker interface {
 	Gate() string
 	// ValidateSessionIsActive checks the session without refreshing its
 	// last activity where the implementation can (see Remote: it always
-	// refreshes).
+	// refreshes). It claims a promoted, unclaimed slot: an allowed
+	// request is the person arriving.
 	ValidateSessionIsActive(r *http.Request) error
 	// ValidateSessionAndRefreshLastActive checks the session and records
 	// the request as activity, which keeps an active session from timing

@@ -52,7 +52,9 @@ func NewInProcess(w *session.Waitlist, signer *token.Signer, opts InProcessOptio
 func (c *InProcess) Gate() string { return c.gate }
 
 // ValidateSessionIsActive returns nil when r's session is active, without
-// refreshing it. Errors: ErrNoSession (no token verifies, or the session is
+// refreshing it; the first request of a promoted session whose slot waits
+// to be claimed claims it (session.Waitlist.ValidateSessionIsActive), so
+// the person it serves keeps the slot. Errors: ErrNoSession (no token verifies, or the session is
 // gone), *NotActiveError (waiting), session.ErrUnavailable (the Waitlist is
 // closed and the session is not active), or the Store's error.
 func (c *InProcess) ValidateSessionIsActive(r *http.Request) error {
