@@ -84,3 +84,75 @@ func TestValidateRefusesWhileNotFollowing(t *testing.T) {
 	notReady = nil
 	assert.NoError(t, w.ValidateSessionIsActive("g", "a"))
 }
+
+// earlyStore is a listenerStore whose follower applies commits of another
+// instance between Load's snapshot and the Waitlist's memory: during Load,
+// and from another goroutine while New builds the gates.
+type earlyStore struct {
+	listenerStore
+	during  []session.Commit
+	racing  []session.Commit
+	started chan struct{}
+}
+
+func (s *earlyStore) Load(ctx context.Context, gates []string) (map[string]session.GateSnapshot, error) {
+	snaps, err := s.listenerStore.Load(ctx, gates)
+	for _, c := range s.during {
+		s.listener(c)
+	}
+	go func() {
+		defer close(s.started)
+		for _, c := range s.racing {
+			s.listener(c)
+		}
+	}()
+	return snaps, err
+}
+
+func TestCommitsAppliedWhileStartingAreKept(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	state := func(next, active int64) session.GateState {
+		return session.GateState{Counters: session.Counters{NextPosition: next, Active: active}, FirstWaitingPosition: next, LastWaitingPosition: next - 1}
+	}
+	activated := func(id string, pos int64) session.Commit {
+		return session.Commit{Gates: map[string]session.GateState{"g": state(pos+1, pos)}, Remote: true,
+			Events: []session.Event{{Kind: session.EventActivated, Session: activeSession(id, pos, at)}}}
+	}
+	// a is in the snapshot; b is admitted elsewhere during Load; c..l
+	// race with New building memory, in order.
+	st := &earlyStore{
+		listenerStore: listenerStore{snap: session.GateSnapshot{State: state(2, 1), Active: []session.Session{activeSession("a", 1, at)}}},
+		during:        []session.Commit{activated("b", 2)},
+		started:       make(chan struct{}),
+	}
+	ids := []string{"c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}
+	for i, id := range ids {
+		st.racing = append(st.racing, activated(id, int64(3+i)))
+	}
+	cfg := session.GateConfig{Name: "g", ActiveLimit: 50, ActiveTimeout: time.Minute, WaitingTimeout: time.Minute}
+	w, err := session.New(context.Background(), st, []session.GateConfig{cfg}, session.Options{TouchInterval: -1, SweepInterval: -1})
+	require.NoError(t, err)
+	defer w.Close()
+	<-st.started
+	for _, id := range append([]string{"a", "b"}, ids...) {
+		assert.NoError(t, w.ValidateSessionIsActive("g", id), "session %s", id)
+	}
+	g, err := w.Global("g")
+	require.NoError(t, err)
+	assert.Equal(t, int64(2+len(ids)), g.Active, "the last commit's state, applied last")
+	assert.Equal(t, int64(3+len(ids)), g.FirstWaitingPosition)
+}
+
+func TestCommitsKeptWhileStartingAreDroppedWhenNewFails(t *testing.T) {
+	st := &earlyStore{started: make(chan struct{})}
+	st.during = []session.Commit{{Gates: map[string]session.GateState{"g": {}}}}
+	// The listenerStore loads one gate only: asking for two fails New.
+	cfgs := []session.GateConfig{
+		{Name: "g", ActiveLimit: 5, ActiveTimeout: time.Minute, WaitingTimeout: time.Minute},
+		{Name: "h", ActiveLimit: 5, ActiveTimeout: time.Minute, WaitingTimeout: time.Minute},
+	}
+	_, err := session.New(context.Background(), st, cfgs, session.Options{TouchInterval: -1, SweepInterval: -1})
+	require.Error(t, err)
+	<-st.started
+	assert.NotPanics(t, func() { st.listener(session.Commit{Gates: map[string]session.GateState{"g": {}}}) }, "a late commit to a Waitlist never returned is ignored")
+}

@@ -99,6 +99,16 @@ type Waitlist struct {
 	// set holds the gates, copied on write (AddGate, RemoveGate) so that
 	// every hot read looks a gate up without a lock.
 	set atomic.Pointer[gateSet]
+	// early keeps the commits a Store delivers while New builds memory
+	// (starting is set): a shared Store's follower may apply another
+	// instance's commit between Load's snapshot and the gate set, and it
+	// would be lost, its seq passed. New replays them, in order, once the
+	// set exists; a commit delivered meanwhile waits for the replay.
+	starting atomic.Bool
+	early    struct {
+		mu  sync.Mutex
+		buf []Commit
+	}
 	// files are the gates' configurations as the caller gave them to New
 	// (the config file), for ResetGateConfig. Never written after New.
 	files  map[string]GateConfig
@@ -184,7 +194,7 @@ type presence struct {
 // name repeats or a GateConfig is out of range, and the Store's error when
 // loading fails. The caller keeps ownership of store: Close the Waitlist
 // first, then the Store.
-func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*Waitlist, error) {
+func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (_ *Waitlist, err error) {
 	if len(gates) == 0 {
 		return nil, Errorf(CodeInvalidArgument, "no gate configured")
 	}
@@ -226,6 +236,12 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 	}
 	sort.Strings(names)
 
+	w.starting.Store(true)
+	defer func() {
+		if err != nil {
+			w.endStart(nil) // nothing is replayed into a Waitlist never returned
+		}
+	}()
 	store.SetCommitListener(w.onCommit)
 	snaps, err := store.Load(ctx, names)
 	if err != nil {
@@ -264,6 +280,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (*W
 	}
 	sort.Strings(set.names)
 	w.set.Store(set)
+	w.endStart(w.applyCommit)
 	if err := w.initEvents(ctx, snaps, opts.Events); err != nil {
 		return nil, err
 	}
@@ -867,9 +884,38 @@ func (w *Waitlist) writable(gate, id string) (*gateMemory, error) {
 // onCommit is the Store's commit listener: it applies the commit to memory,
 // then tells the publisher.
 func (w *Waitlist) onCommit(c Commit) {
+	if w.starting.Load() {
+		w.early.mu.Lock()
+		if w.starting.Load() {
+			w.early.buf = append(w.early.buf, c)
+			w.early.mu.Unlock()
+			return
+		}
+		w.early.mu.Unlock()
+	}
+	w.applyCommit(c)
+}
+
+// endStart ends New's start: the commits kept meanwhile go to replay (nil:
+// dropped), in the order they came, and later ones are applied as they
+// come.
+func (w *Waitlist) endStart(replay func(Commit)) {
+	w.early.mu.Lock()
+	defer w.early.mu.Unlock()
+	if replay != nil {
+		for _, c := range w.early.buf {
+			replay(c)
+		}
+	}
+	w.early.buf = nil
+	w.starting.Store(false)
+}
+
+// applyCommit makes memory follow commit c.
+func (w *Waitlist) applyCommit(c Commit) {
 	set := w.set.Load()
 	if set == nil {
-		return // a commit of New's Load, before any gate is in memory
+		return
 	}
 	for name, snap := range c.Resync {
 		if g := set.m[name]; g != nil {
