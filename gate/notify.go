@@ -22,8 +22,9 @@ import (
 // the link (GET {base}/claim?gate=&ticket=) claims nothing: mail and chat
 // link scanners fetch every link of a message before the person clicks.
 // It answers a page whose form posts the ticket (POST {base}/claim?gate=,
-// body ticket=&next=), submitted by script on load or by its button; the
-// POST claims the slot and hands the browser the session's cookie.
+// body ticket=&next=) when the person clicks its button, never by itself
+// (some scanners run pages); the POST claims the slot and hands the browser
+// the session's cookie.
 
 // ClaimPath is the path of claim links under the base path.
 const ClaimPath = "/claim"

@@ -400,12 +400,13 @@ func (w *Waitlist) Release(ctx context.Context, gate, id string) error {
 // of Options.Ready (ErrUnavailable) while memory may be stale. It is read
 // from memory only and does not allocate.
 //
-// It does not refresh an active session's LastActive, with one exception:
-// a promoted session whose slot waits to be claimed is claimed (a sign of
-// life, as ValidateSessionAndRefreshLastActive's), because the request is
-// the person arriving with the session's credential, and letting it through
-// unclaimed would serve a person whose slot is purged at its claim
-// deadline. Once claimed, a validation is a pure read again.
+// It never refreshes the session's LastActive (the contract's read-only
+// check: a session validated only this way expires ActiveTimeout after its
+// last sign of life). A promoted session whose slot waits to be claimed is
+// claimed, without a refresh, because the request is the person arriving
+// with the session's credential, and letting it through unclaimed would
+// serve a person whose slot is purged at its claim deadline; it then lives
+// exactly as a session promoted without a claim window does.
 func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 	g := w.lookup(gate)
 	if g == nil {
@@ -420,9 +421,7 @@ func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 	if !ok {
 		return ErrNotActive
 	}
-	if e.claimDeadline.Load() != 0 {
-		signActive(e, w.clock.Now().UnixNano())
-	}
+	claimSlot(e)
 	return nil
 }
 
@@ -456,6 +455,12 @@ func signActive(e *activeEntry, now int64) {
 			break
 		}
 	}
+	claimSlot(e)
+}
+
+// claimSlot claims e's promoted slot when it is unclaimed, without moving
+// its LastActive: the claim is persisted by the next touch flush.
+func claimSlot(e *activeEntry) {
 	if e.claimDeadline.Load() != 0 && e.claimDeadline.Swap(0) != 0 {
 		e.claimPending.Store(true)
 	}

@@ -15,8 +15,8 @@ var claimPage string
 var claimTmpl = template.Must(template.New(ClaimFile).Parse(claimPage))
 
 // ClaimPageData fills the claim page, the answer to a GET of a claim link:
-// it claims nothing itself; the browser claims by posting its form, which
-// the page submits on load (and a button submits without script).
+// it claims nothing itself, nor does its script; the person's click of its
+// button posts the form (by fetch with script, once; as a form without).
 type ClaimPageData struct {
 	// BasePath is where the sidecar is mounted, e.g. "/anteroom"; a trailing
 	// slash is removed. The form posts to BasePath + "/claim?gate=<Gate>".

@@ -95,17 +95,34 @@ func TestClaimLinkInTheBrowser(t *testing.T) {
 	}
 	noJS.requireNoProblems()
 
-	// With JavaScript: the page posts by itself, once.
+	// With JavaScript: the page claims nothing by itself (a scanner that
+	// runs pages claims nothing either); the person's click, even a double
+	// one, posts once.
 	link = promote("b", "c")
 	person := b.newUser(t, "person")
 	claimsBefore = srv.requests(basePath + "/claim")
 	person.open(link)
+	person.waitVisible("claim-button")
+	// The page's script has run (its submit handler is in place) and had
+	// every chance to post: it must not have.
+	if got := evalJS[string](person, `new Promise((done) => setTimeout(() => done(document.readyState), 300))`); got != "complete" {
+		t.Fatalf("document.readyState = %q", got)
+	}
+	if !unclaimed("c") {
+		t.Fatalf("the page claimed the slot without the person's click")
+	}
+	if n := srv.requests(basePath+"/claim") - claimsBefore; n != 1 {
+		t.Errorf("%d requests of the claim path before the click, want 1 (the page's GET)", n)
+	}
+	person.call("double-click the button", func(ctx context.Context) error {
+		return chromedp.Do(ctx, chromedp.DoubleClick(chromedp.CSS("#claim-button")))
+	})
 	waitAcrossReloads(t, person, "landing on next", `location.pathname === '/healthz' && location.search === '?landed=c'`)
 	if !claimed("c") {
-		t.Fatalf("the page's own POST did not claim the slot")
+		t.Fatalf("the click did not claim the slot")
 	}
 	if n := srv.requests(basePath+"/claim") - claimsBefore; n != 2 {
-		t.Errorf("%d requests of the claim path, want 2 (the page's GET, its POST)", n)
+		t.Errorf("%d requests of the claim path, want 2 (the page's GET, one POST)", n)
 	}
 	if ref := evalJS[string](person, `document.referrer`); ref != "" {
 		t.Errorf("the page the link leads to got Referer %q, want none", ref)
@@ -114,8 +131,14 @@ func TestClaimLinkInTheBrowser(t *testing.T) {
 	if got := evalJS[string](person, `fetch('`+basePath+`/api/status?gate=default', {credentials: 'same-origin'}).then((r) => r.json()).then((v) => v.session + ':' + v.status)`); got != "c:active" {
 		t.Errorf("status in the browser = %q, want c:active", got)
 	}
-	// Back to the claim page: it shows again, and its POST is refused.
+	// Back to the claim page: it shows again, and its POST is refused in a
+	// sentence on the page.
 	person.open(link)
-	waitAcrossReloads(t, person, "the refusal", `document.body && document.body.innerText.includes('already_claimed')`)
+	person.waitVisible("claim-button")
+	person.call("click the used link's button", func(ctx context.Context) error {
+		return chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#claim-button")))
+	})
+	waitAcrossReloads(t, person, "the refusal", `document.getElementById('claim-text').textContent.includes('used already')`)
+	writePNG(t, dir, "claim-page-used.png", person.screenshot())
 	person.requireNoProblems()
 }

@@ -24,6 +24,9 @@ func TestValidateWithoutRefreshClaims(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		check func(t *testing.T, sc *gatetest.Sidecar, tok string) error
+		// refreshes: the check is the sidecar's /check, a sign of life
+		// that refreshes LastActive; the others claim without a refresh.
+		refreshes bool
 	}{
 		{"in-process checker", func(t *testing.T, sc *gatetest.Sidecar, tok string) error {
 			c, err := guard.NewInProcess(sc.Waitlist, sc.Signer, guard.InProcessOptions{})
@@ -32,7 +35,7 @@ func TestValidateWithoutRefreshClaims(t *testing.T) {
 			require.NoError(t, err)
 			req.AddCookie(&http.Cookie{Name: "anteroom_session", Value: tok})
 			return c.ValidateSessionIsActive(req)
-		}},
+		}, false},
 		{"middleware with SkipRefresh over HTTP", func(t *testing.T, sc *gatetest.Sidecar, tok string) error {
 			c, err := guard.NewInProcess(sc.Waitlist, sc.Signer, guard.InProcessOptions{})
 			require.NoError(t, err)
@@ -41,7 +44,7 @@ func TestValidateWithoutRefreshClaims(t *testing.T) {
 			require.Equal(t, http.StatusOK, r.status, r.raw)
 			require.Equal(t, int64(1), reached.Load())
 			return nil
-		}},
+		}, false},
 		{"remote checker (the sidecar's /check)", func(t *testing.T, sc *gatetest.Sidecar, tok string) error {
 			c, err := guard.NewRemote(sc.URL+basePath, guard.RemoteOptions{})
 			require.NoError(t, err)
@@ -49,7 +52,7 @@ func TestValidateWithoutRefreshClaims(t *testing.T) {
 			require.NoError(t, err)
 			req.Header.Set("Authorization", "Bearer "+tok)
 			return c.ValidateSessionIsActive(req)
-		}},
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -95,6 +98,10 @@ func TestValidateWithoutRefreshClaims(t *testing.T) {
 			require.NoError(t, err, "the person's slot must not be purged as unclaimed")
 			assert.Equal(t, session.StatusActive, got.Status)
 			assert.True(t, got.ClaimDeadline.IsZero(), "the claim is persisted")
+			if !tc.refreshes {
+				assert.True(t, got.LastActive.Equal(b.LastActive),
+					"the claim refreshes nothing: LastActive %v is still the promotion's %v", got.LastActive, b.LastActive)
+			}
 			c, err := sc.Store.Get(ctx, "default", "c")
 			require.NoError(t, err)
 			assert.Equal(t, session.StatusWaiting, c.Status, "the slot did not pass on")
