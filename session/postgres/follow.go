@@ -178,11 +178,17 @@ func (s *Store) resyncGate(ctx context.Context, q querier, gate string) {
 	s.applied[gate] = seq
 	s.resyncs.Add(1)
 	s.log.Info("anteroom: resynchronised a gate from the tables", "gate", gate, "seq", seq)
-	s.notifyListener(session.Commit{
+	s.notifyListener(resyncCommit(gate, snap))
+}
+
+// resyncCommit is the commit that hands the listener gate's whole state as
+// read from the tables: its counters, its active sessions, its settings.
+func resyncCommit(gate string, snap session.GateSnapshot) session.Commit {
+	return session.Commit{
 		Gates:    map[string]session.GateState{gate: snap.State},
 		Resync:   map[string]session.GateSnapshot{gate: snap},
 		Settings: map[string]*session.GateConfig{gate: snap.Settings},
-	})
+	}
 }
 
 func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnapshot, int64, error) {
@@ -290,11 +296,7 @@ func (s *Store) resyncAll(ctx context.Context, c *pgx.Conn) bool {
 		if seq > s.applied[g] {
 			s.applied[g] = seq
 			s.resyncs.Add(1)
-			s.notifyListener(session.Commit{
-				Gates:    map[string]session.GateState{g: snap.State},
-				Resync:   map[string]session.GateSnapshot{g: snap},
-				Settings: map[string]*session.GateConfig{g: snap.Settings},
-			})
+			s.notifyListener(resyncCommit(g, snap))
 		}
 	}
 	if err := s.adoptGates(ctx, c); err != nil {

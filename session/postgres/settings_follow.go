@@ -237,10 +237,6 @@ func (s *Store) adoptGate(ctx context.Context, q querier, gate string) error {
 	s.applied[gate] = seq
 	s.resyncs.Add(1)
 	s.log.Info("anteroom: following a gate added at runtime", "gate", gate, "seq", seq)
-	s.notifyListener(session.Commit{
-		Gates:    map[string]session.GateState{gate: snap.State},
-		Resync:   map[string]session.GateSnapshot{gate: snap},
-		Settings: map[string]*session.GateConfig{gate: snap.Settings},
-	})
+	s.notifyListener(resyncCommit(gate, snap))
 	return nil
 }
