@@ -83,3 +83,36 @@ func mustSign(t *testing.T, s *token.Signer, id string) string {
 	require.NoError(t, err)
 	return tok
 }
+
+// A secret rotation during a claim window keeps the links already mailed
+// (and a ticket issued a moment before): they verify under the previous
+// secret on a signer that has it, and not on one without it.
+func TestTicketsVerifyAcrossARotation(t *testing.T) {
+	at := func() time.Time { return epoch }
+	old, err := token.NewSignerWithOptions(secretOf("o"), token.Options{Now: at})
+	require.NoError(t, err)
+	rotated, err := token.NewSignerWithOptions(secretOf("n"), token.Options{Previous: secretOf("o"), Now: at})
+	require.NoError(t, err)
+	bare, err := token.NewSignerWithOptions(secretOf("n"), token.Options{Now: at})
+	require.NoError(t, err)
+
+	deadline := epoch.Add(15 * time.Minute)
+	link, err := old.ClaimTicket("g", "b", deadline)
+	require.NoError(t, err)
+	id, got, ok := rotated.VerifyClaimTicket(link, "g")
+	require.True(t, ok, "a claim link mailed before the rotation")
+	assert.Equal(t, "b", id)
+	assert.True(t, got.Equal(deadline))
+	_, _, ok = bare.VerifyClaimTicket(link, "g")
+	assert.False(t, ok, "verified without the previous secret")
+
+	ws, err := old.Ticket(token.PurposeWS, "g", "b")
+	require.NoError(t, err)
+	id, ok = rotated.VerifyTicket(ws, token.PurposeWS, "g")
+	require.True(t, ok, "a ticket issued before the rotation")
+	assert.Equal(t, "b", id)
+	_, ok = bare.VerifyTicket(ws, token.PurposeWS, "g")
+	assert.False(t, ok)
+	_, ok = rotated.VerifyTicket(ws, token.PurposeLeave, "g")
+	assert.False(t, ok, "another purpose")
+}

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,29 +236,47 @@ func (s *Signer) Ticket(purpose, gate, id string) (string, error) {
 }
 
 // VerifyTicket returns the session id a ticket names, and false unless it was
-// issued for this purpose and gate under the current secret and has not
-// expired. A claim ticket (PurposeClaim) never verifies here: see
+// issued for this purpose and gate under the current or the previous secret
+// and has not expired. A claim ticket (PurposeClaim) never verifies here: see
 // VerifyClaimTicket.
 func (s *Signer) VerifyTicket(ticket, purpose, gate string) (string, bool) {
-	if len(ticket) > MaxLength || purpose == PurposeClaim {
+	if purpose == PurposeClaim {
 		return "", false
+	}
+	id, _, ok := s.verifyTicket(ticket, "t1", purpose, gate, time.Second)
+	return id, ok
+}
+
+// verifyTicket checks a ticket "<exp>.<id>.<mac>" whose expiry counts in
+// unit from the epoch and whose MAC is of (domain, purpose, gate, id, exp)
+// under the current or the previous secret; it returns the id and the
+// expiry, or false.
+func (s *Signer) verifyTicket(ticket, domain, purpose, gate string, unit time.Duration) (string, time.Time, bool) {
+	if len(ticket) > MaxLength {
+		return "", time.Time{}, false
 	}
 	exp, rest, ok := strings.Cut(ticket, ".")
 	if !ok {
-		return "", false
+		return "", time.Time{}, false
 	}
 	id, mac, ok := strings.Cut(rest, ".")
 	if !ok || !session.ValidID(id) {
-		return "", false
+		return "", time.Time{}, false
 	}
 	e, ok := parseExp(exp)
-	if !ok || !s.now().Before(time.Unix(e, 0)) {
-		return "", false
+	if !ok || e > math.MaxInt64/int64(unit) {
+		return "", time.Time{}, false
 	}
-	if !s.cur.verify(mac, "t1", purpose, gate, id, exp) {
-		return "", false
+	expires := time.Unix(0, e*int64(unit))
+	if !s.now().Before(expires) {
+		return "", time.Time{}, false
 	}
-	return id, true
+	for _, k := range s.keys() {
+		if k.verify(mac, domain, purpose, gate, id, exp) {
+			return id, expires, true
+		}
+	}
+	return "", time.Time{}, false
 }
 
 func (s *Signer) keys() []*keyState {
