@@ -131,7 +131,7 @@ func rawJoinRate(ctx context.Context, path string, d time.Duration, batch, limit
 	if err := st.Close(); err != nil {
 		return 0, err
 	}
-	conn, err := (&msqlite.Driver{}).Open(dsnOf(path, "busy_timeout(5000)", "journal_mode(WAL)", "synchronous(NORMAL)", "temp_store(MEMORY)", "wal_autocheckpoint(0)", "cache_size(-16384)"))
+	conn, err := (&msqlite.Driver{}).Open(storeWriterDSN(path))
 	if err != nil {
 		return 0, err
 	}

@@ -22,6 +22,13 @@ func dsnOf(path string, pragmas ...string) string {
 	return path + "?" + q.Encode()
 }
 
+// storeWriterDSN is the DSN of path with the pragmas of the store's writer
+// connection (session/sqlite: WAL, synchronous=NORMAL, its default 16 MiB
+// page cache), for the baselines that time bare SQL as the store runs it.
+func storeWriterDSN(path string) string {
+	return dsnOf(path, "busy_timeout(5000)", "journal_mode(WAL)", "synchronous(NORMAL)", "temp_store(MEMORY)", "wal_autocheckpoint(0)", "cache_size(-16384)")
+}
+
 // tickLayout is the seeded gate: positions 1..active are active (the first
 // staleActive of them idle for longer than the active timeout), the rest
 // wait; staleWaiting of the waiters, spread over the line, left longer ago

@@ -37,7 +37,7 @@ func updateFloor(ctx context.Context, src, dir string, waitingCutoff, activeCuto
 	if err := copyFile(src, dst); err != nil {
 		return r, err
 	}
-	db, err := sql.Open("sqlite", dsnOf(dst, "busy_timeout(5000)", "journal_mode(WAL)", "synchronous(NORMAL)", "temp_store(MEMORY)", "wal_autocheckpoint(0)", "cache_size(-16384)"))
+	db, err := sql.Open("sqlite", storeWriterDSN(dst))
 	if err != nil {
 		return r, err
 	}

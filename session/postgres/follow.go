@@ -48,7 +48,7 @@ func (s *Store) deliverLocal(ctx context.Context, c *pgx.Conn, lc localCommit) {
 			s.applied[g] = seq
 		}
 	}
-	if len(lc.loaded) > 0 {
+	if lc.loaded != nil { // a Load ran, even of no gate
 		s.loadedOnce.Store(true) // gates may be adopted from now on (adoptGate)
 	}
 	if len(lc.seqs) == 0 {
@@ -172,13 +172,22 @@ func (s *Store) resyncGate(ctx context.Context, q querier, gate string) {
 	}
 	delete(s.pending, gate)
 	s.updateReady()
-	if seq <= s.applied[gate] {
-		return
+	if s.applySnapshot(gate, snap, seq) {
+		s.log.Info("anteroom: resynchronised a gate from the tables", "gate", gate, "seq", seq)
+	}
+}
+
+// applySnapshot hands the listener gate's whole state read at seq, unless
+// the gate is followed at seq or later already; it reports whether it did.
+// deliverMu is held.
+func (s *Store) applySnapshot(gate string, snap session.GateSnapshot, seq int64) bool {
+	if a, known := s.applied[gate]; known && a >= seq {
+		return false
 	}
 	s.applied[gate] = seq
 	s.resyncs.Add(1)
-	s.log.Info("anteroom: resynchronised a gate from the tables", "gate", gate, "seq", seq)
 	s.notifyListener(resyncCommit(gate, snap))
+	return true
 }
 
 // resyncCommit is the commit that hands the listener gate's whole state as
@@ -192,6 +201,10 @@ func resyncCommit(gate string, snap session.GateSnapshot) session.Commit {
 }
 
 func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnapshot, int64, error) {
+	// Every caller holds deliverMu (resync, adoption): a connection that
+	// hangs must not stall the writer.
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
 	var snap session.GateSnapshot
 	var seq int64
 	tx, err := q.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
@@ -293,11 +306,7 @@ func (s *Store) resyncAll(ctx context.Context, c *pgx.Conn) bool {
 			return false
 		}
 		delete(s.pending, g)
-		if seq > s.applied[g] {
-			s.applied[g] = seq
-			s.resyncs.Add(1)
-			s.notifyListener(resyncCommit(g, snap))
-		}
+		s.applySnapshot(g, snap, seq)
 	}
 	if err := s.adoptGates(ctx, c); err != nil {
 		s.setUnready(fmt.Errorf("reading the gates added at runtime failed: %w", err))

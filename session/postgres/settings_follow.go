@@ -231,12 +231,8 @@ func (s *Store) adoptGate(ctx context.Context, q querier, gate string) error {
 	if snap.Settings == nil {
 		return nil
 	}
-	if a, known := s.applied[gate]; known && a >= seq {
-		return nil
+	if s.applySnapshot(gate, snap, seq) {
+		s.log.Info("anteroom: following a gate added at runtime", "gate", gate, "seq", seq)
 	}
-	s.applied[gate] = seq
-	s.resyncs.Add(1)
-	s.log.Info("anteroom: following a gate added at runtime", "gate", gate, "seq", seq)
-	s.notifyListener(resyncCommit(gate, snap))
 	return nil
 }

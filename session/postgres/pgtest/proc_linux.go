@@ -2,9 +2,6 @@ package pgtest
 
 import "syscall"
 
-// credential is who the server runs as when the tests run as root.
-type credential = syscall.Credential
-
 // sysProcAttr runs the server as cred (nil: as this process) and has the
 // kernel kill it when this process dies, so that a test binary killed on a
 // timeout leaves no server behind.
