@@ -104,6 +104,12 @@ func TestClaimLinkScannersDoNotClaim(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, status)
 	status, body, _ = send(t, noRedirects, "POST", sc.URL+gatetest.BasePath+"/claim?gate=default", "ticket=%zz", "Content-Type", "application/x-www-form-urlencoded")
 	assert.Equal(t, http.StatusBadRequest, status, body)
+	// The ticket counts only in the body: a POST to the link's own URL
+	// (the ticket in the query, where logs and proxies keep it) claims
+	// nothing, whatever its Origin.
+	status, body, _ = send(t, noRedirects, "POST", link, "", "Origin", sc.URL, "Content-Type", "application/x-www-form-urlencoded")
+	assert.Equal(t, http.StatusUnauthorized, status, body)
+	assert.Contains(t, body, "invalid_ticket")
 	s, err := sc.Store.Get(ctx, "default", "b")
 	require.NoError(t, err)
 	require.Equal(t, deadline, s.ClaimDeadline, "still unclaimed")

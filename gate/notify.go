@@ -137,8 +137,9 @@ func (s *Server) claimPage(c echo.Context) error {
 }
 
 // claimLink claims the slot of a claim link's ticket, posted by the claim
-// page's form (body ticket= and next=, form-encoded; ?ticket= and ?next=
-// when the body names none): the first claim while the slot waits claims
+// page's form (body ticket= and next=, form-encoded; the body only, so the
+// ticket never sits in a POST's URL; the gate is the URL's ?gate=): the
+// first claim while the slot waits claims
 // it, sets the session's cookie and redirects (303) to next (a local path)
 // or "/". A request from a page of another origin is 403 cross_origin (as
 // join's); a ticket missing, that does not verify or has expired is 401
@@ -160,19 +161,12 @@ func (s *Server) claimLink(c echo.Context) error {
 	if err != nil {
 		return apiError(session.CodeInvalidArgument, "the claim's body must be a form: ticket=...&next=...")
 	}
-	gate := s.gateOf(r, form.Get("gate"))
+	gate := s.gateOf(r, "")
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	var query url.Values
-	if r.URL.RawQuery != "" {
-		query = r.URL.Query()
-	}
-	t, next := form.Get("ticket"), form.Get("next")
-	if t == "" {
-		t, next = query.Get("ticket"), query.Get("next")
-	}
-	id, deadline, err := s.verifyClaimTicket(c, gate, t)
+	next := form.Get("next")
+	id, deadline, err := s.verifyClaimTicket(c, gate, form.Get("ticket"))
 	if err != nil {
 		return err
 	}

@@ -16,10 +16,12 @@ import (
 
 // TestClaimLinkInTheBrowser: a called-back person opens the claim link of
 // the promoted webhook in a real browser. Its GET shows the claim page
-// (claiming nothing, as a link scanner's fetch must not); the page posts
-// the ticket by itself, which claims the slot, sets the cookie and lands
-// on the link's next with no Referer; without JavaScript the page's button
-// does the same. Screenshots of the page, desktop and mobile.
+// (claiming nothing, as a link scanner's fetch must not), and the page
+// never posts by itself: the person's click posts the ticket once, which
+// claims the slot, sets the cookie and lands on the link's next with no
+// Referer; without JavaScript the button's form does the same. A used
+// link is refused in a sentence. Screenshots of the page, desktop and
+// mobile, and of the refusal.
 func TestClaimLinkInTheBrowser(t *testing.T) {
 	var signer *token.Signer
 	srv := startSidecarWith(t, session.GateConfig{Name: "default", ActiveLimit: 1, ActiveTimeout: 5 * time.Minute,
