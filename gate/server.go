@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -625,26 +624,16 @@ func admitted(c echo.Context, id string) error {
 	return c.NoContent(http.StatusOK)
 }
 
-// setRetryAfter tells a waiting client when to ask again: guard.RetryAfterAt
-// (capped by the view's claim window), capped by retryAfterCap of the
-// gate's waiting timeout (a client that polls as told keeps its place).
+// setRetryAfter tells a waiting client when to ask again:
+// guard.RetryAfterWithin the gate's waiting timeout (a client that polls as
+// told keeps its place and its claim).
 func (s *Server) setRetryAfter(c echo.Context, v session.SessionView) {
-	d := guard.RetryAfterAt(v, s.opts.Waitlist.Now())
+	var waitingTimeout time.Duration
 	if cfg, err := s.opts.Waitlist.GateConfig(v.Gate); err == nil {
-		d = min(d, retryAfterCap(cfg.WaitingTimeout))
+		waitingTimeout = cfg.WaitingTimeout
 	}
+	d := guard.RetryAfterWithin(v, s.opts.Waitlist.Now(), waitingTimeout)
 	c.Response().Header().Set("Retry-After", strconv.Itoa(int(d/time.Second)))
-}
-
-// retryAfterCap is the longest Retry-After a waiter is told with a timeout
-// of the gate: a quarter of it in whole seconds, at least one second, so
-// that a client polling without a socket asks (and so claims, and shows a
-// sign of life) a few times within it. A timeout of 0 (off): no cap.
-func retryAfterCap(timeout time.Duration) time.Duration {
-	if timeout <= 0 {
-		return math.MaxInt64
-	}
-	return guard.ClaimCap(timeout)
 }
 
 func (s *Server) socket(c echo.Context) error {

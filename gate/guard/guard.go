@@ -208,6 +208,18 @@ func RetryAfterAt(v session.SessionView, now time.Time) time.Duration {
 	return d
 }
 
+// RetryAfterWithin is RetryAfterAt also capped by ClaimCap of the gate's
+// waiting timeout (0: off, no cap), so that a waiter polling as told shows
+// a sign of life a few times within it and keeps its place: the rule of
+// the sidecar's Retry-After and of the in-process checker. It never fails.
+func RetryAfterWithin(v session.SessionView, now time.Time, waitingTimeout time.Duration) time.Duration {
+	d := RetryAfterAt(v, now)
+	if waitingTimeout > 0 {
+		d = min(d, ClaimCap(waitingTimeout))
+	}
+	return d
+}
+
 // ClaimCap is the longest Retry-After that leaves a client polling as told
 // time to show a sign of life within window: a quarter of it in whole
 // seconds, at least 1 s (Retry-After counts whole seconds; a window under

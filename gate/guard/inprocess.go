@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/anteroomhq/anteroom/gate/token"
 	"github.com/anteroomhq/anteroom/session"
@@ -88,11 +89,11 @@ func (c *InProcess) check(r *http.Request, validate func(gate, id string) error)
 		_ = validate(c.gate, id)
 		return nil
 	}
-	d := RetryAfterAt(view, c.waitlist.Now())
-	if cfg, err := c.waitlist.GateConfig(c.gate); err == nil && cfg.WaitingTimeout > 0 {
-		d = min(d, ClaimCap(cfg.WaitingTimeout)) // a waiter polling as told keeps its place
+	var waitingTimeout time.Duration
+	if cfg, err := c.waitlist.GateConfig(c.gate); err == nil {
+		waitingTimeout = cfg.WaitingTimeout
 	}
-	return &NotActiveError{Gate: c.gate, RetryAfter: d}
+	return &NotActiveError{Gate: c.gate, RetryAfter: RetryAfterWithin(view, c.waitlist.Now(), waitingTimeout)}
 }
 
 var errNoSessionExpired = fmt.Errorf("%w: session expired or released, join again", ErrNoSession)
