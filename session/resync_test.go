@@ -156,3 +156,45 @@ func TestCommitsKeptWhileStartingAreDroppedWhenNewFails(t *testing.T) {
 	<-st.started
 	assert.NotPanics(t, func() { st.listener(session.Commit{Gates: map[string]session.GateState{"g": {}}}) }, "a late commit to a Waitlist never returned is ignored")
 }
+
+// touchStore is a listenerStore that records the touches memory flushes.
+type touchStore struct {
+	listenerStore
+	touches []session.Touch
+}
+
+func (s *touchStore) Touch(_ context.Context, _ string, ts []session.Touch) error {
+	s.touches = append(s.touches, ts...)
+	return nil
+}
+
+// A promotion delivered a second time (a follower's catch-up after a
+// replay, say) does not undo the claim memory made of it: the slot is
+// claimed once, and no second claim is sent.
+func TestPromotionSeenTwiceKeepsItsClaim(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	st := &touchStore{listenerStore: listenerStore{snap: session.GateSnapshot{
+		State: session.GateState{Counters: session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, FirstWaitingPosition: 2, LastWaitingPosition: 2},
+	}}}
+	cfg := session.GateConfig{Name: "g", ActiveLimit: 5, ActiveTimeout: time.Minute, WaitingTimeout: time.Minute, ClaimTimeout: time.Minute}
+	w, err := session.New(context.Background(), st, []session.GateConfig{cfg}, session.Options{TouchInterval: -1, SweepInterval: -1})
+	require.NoError(t, err)
+	defer w.Close()
+	b := activeSession("b", 2, at)
+	b.ClaimDeadline = at.Add(time.Minute)
+	promoted := session.Commit{Gates: map[string]session.GateState{"g": {Counters: session.Counters{NextPosition: 3, Active: 2}, FirstWaitingPosition: 3, LastWaitingPosition: 2}},
+		Events: []session.Event{{Kind: session.EventPromoted, Session: b}}}
+	st.listener(promoted)
+	require.NoError(t, w.ValidateSessionIsActive("g", "b"), "the person arrives: claimed")
+	require.NoError(t, w.FlushTouches(context.Background()))
+	st.listener(promoted)
+	require.NoError(t, w.ValidateSessionIsActive("g", "b"))
+	require.NoError(t, w.FlushTouches(context.Background()))
+	claims := 0
+	for _, tc := range st.touches {
+		if tc.Claim {
+			claims++
+		}
+	}
+	assert.Equal(t, 1, claims, "touches %+v", st.touches)
+}

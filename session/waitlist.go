@@ -280,10 +280,12 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (_ 
 	}
 	sort.Strings(set.names)
 	w.set.Store(set)
-	w.endStart(w.applyCommit)
 	if err := w.initEvents(ctx, snaps, opts.Events); err != nil {
 		return nil, err
 	}
+	// After the events too: a commit kept meanwhile (say an event another
+	// instance launched) lands on the events Load read, not under them.
+	w.endStart(w.applyCommit)
 
 	interval := opts.TouchInterval
 	if interval == 0 {
@@ -318,8 +320,7 @@ func (w *Waitlist) newGateMemory(cfg GateConfig, snap GateSnapshot) *gateMemory 
 		e.lastActive.Store(s.LastActive.UnixNano())
 		e.persisted.Store(s.LastActive.UnixNano())
 		if !s.ClaimDeadline.IsZero() {
-			e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
-			e.promotion.Store(s.ClaimDeadline.UnixNano())
+			e.awaitClaim(s.ClaimDeadline.UnixNano())
 		}
 		g.active[s.ID] = e
 	}
@@ -444,6 +445,13 @@ func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
 	}
 	signActive(e, w.clock.Now().UnixNano())
 	return nil
+}
+
+// awaitClaim records promotion d (its claim deadline, unix nanoseconds)
+// on e, unclaimed.
+func (e *activeEntry) awaitClaim(d int64) {
+	e.claimDeadline.Store(d)
+	e.promotion.Store(d)
 }
 
 // signActive records a sign of life of an active session at now: its
@@ -951,9 +959,10 @@ func (w *Waitlist) applyCommit(c Commit) {
 			e.persisted.Store(la)
 			if s.ClaimDeadline.IsZero() {
 				e.claimDeadline.Store(0)
-			} else if ev.Kind == EventPromoted {
-				e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
-				e.promotion.Store(s.ClaimDeadline.UnixNano())
+			} else if d := s.ClaimDeadline.UnixNano(); ev.Kind == EventPromoted && e.promotion.Load() != d {
+				// A promotion seen again (a commit delivered twice) must
+				// not undo the claim memory made of it.
+				e.awaitClaim(d)
 			}
 			if ev.Kind == EventPromoted {
 				g.removeWaiter(s.Position)
@@ -1037,8 +1046,7 @@ func (g *gateMemory) resync(snap GateSnapshot) {
 		e.persisted.Store(la)
 		e.claimDeadline.Store(0)
 		if !s.ClaimDeadline.IsZero() {
-			e.claimDeadline.Store(s.ClaimDeadline.UnixNano())
-			e.promotion.Store(s.ClaimDeadline.UnixNano())
+			e.awaitClaim(s.ClaimDeadline.UnixNano())
 		}
 		fresh[s.ID] = e
 	}
