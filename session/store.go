@@ -24,6 +24,10 @@ type Store interface {
 	// Load ensures a row exists for each named gate and returns, for each, its
 	// state, its active sessions and its persisted settings; it also returns
 	// every other gate that has persisted settings (a gate added at runtime).
+	// A commit delivered to the listener while Load runs is either Load's
+	// own (its state is the snapshot's) or made after the snapshot, never
+	// one the snapshot already holds: the Waitlist applies every commit
+	// delivered from SetCommitListener on, on top of the snapshot.
 	Load(ctx context.Context, gates []string) (map[string]GateSnapshot, error)
 
 	// SaveGateSettings persists settings (a valid GateConfig of that gate)

@@ -239,7 +239,8 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (_ 
 	w.starting.Store(true)
 	defer func() {
 		if err != nil {
-			w.endStart(nil) // nothing is replayed into a Waitlist never returned
+			w.set.Store(nil) // a late commit finds no gate: nothing follows a Waitlist never returned
+			w.endStart(nil)
 		}
 	}()
 	store.SetCommitListener(w.onCommit)
