@@ -347,6 +347,19 @@ func TestHTTPScenariosCompareWithHealthzOnAServerChild(t *testing.T) {
 	}
 	assert.Contains(t, res[0].Note, "child process")
 
+	// -join-line: the same joins against a bulk-loaded line, named by it.
+	b.cfg.joinLine = 2000
+	res, err = b.run(ctx, "join-http")
+	require.NoError(t, err, out.String())
+	require.Len(t, res, 2)
+	for _, r := range res {
+		assert.Contains(t, r.Metric, "line of 2k")
+		require.NotNil(t, r.Baseline, r.Metric)
+		assert.Positive(t, r.Value, r.Metric)
+	}
+	assert.Contains(t, res[0].Note, "bulk-loaded")
+	b.cfg.joinLine = 0
+
 	res, err = b.run(ctx, "check-http")
 	require.NoError(t, err, out.String())
 	require.Len(t, res, 4)
