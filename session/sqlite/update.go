@@ -63,13 +63,7 @@ func (s *Store) takeQueued(b *batch) {
 			if !ok {
 				return // closing: the writer's loop ends after this batch
 			}
-			s.stats.ops.Add(1)
-			if err := o.ctx.Err(); err != nil {
-				o.err = err // skipped: it never ran
-				answer(o)
-				continue
-			}
-			b.live = append(b.live, o)
+			s.admit(b, o)
 		default:
 			return
 		}

@@ -176,6 +176,7 @@ func TestUpdateTakesAJoinQueuedDuringItsStep(t *testing.T) {
 	require.NotEmpty(t, commits)
 	assert.True(t, commits[0].late, "the join is not in the update's first transaction: %+v", commits)
 	assert.Equal(t, session.UpdateYieldRows, commits[0].purged, "the first transaction is one step")
+	assert.EqualValues(t, 2, s.Stats().MaxBatch, "the update and the join it took count as one batch of two")
 	total := 0
 	for _, c := range commits {
 		total += c.purged

@@ -225,19 +225,10 @@ func (s *Store) runBatch(ops []*op) {
 	if s.onCommit != nil {
 		start = time.Now()
 	}
-	s.stats.ops.Add(int64(len(ops)))
 	b := &s.b
 	b.live = b.live[:0]
 	for _, o := range ops {
-		if err := o.ctx.Err(); err != nil {
-			o.err = err // skipped: it never ran
-			answer(o)
-			continue
-		}
-		b.live = append(b.live, o)
-	}
-	if n := int64(len(b.live)); n > s.stats.maxBatch.Load() {
-		s.stats.maxBatch.Store(n)
+		s.admit(b, o)
 	}
 	for poisoned := 0; len(b.live) > 0; poisoned++ {
 		gates, err := s.attempt(b)
@@ -288,6 +279,21 @@ func (s *Store) notify(fn func(session.Commit), c session.Commit) {
 		}
 	}()
 	fn(c)
+}
+
+// admit counts op o and adds it to the batch b runs, unless its context is
+// done (then it is answered with that error: it never ran).
+func (s *Store) admit(b *batch, o *op) {
+	s.stats.ops.Add(1)
+	if err := o.ctx.Err(); err != nil {
+		o.err = err
+		answer(o)
+		return
+	}
+	b.live = append(b.live, o)
+	if n := int64(len(b.live)); n > s.stats.maxBatch.Load() {
+		s.stats.maxBatch.Store(n)
+	}
 }
 
 // attempt runs b.live in one transaction and commits it. On error the
