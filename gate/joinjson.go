@@ -62,10 +62,9 @@ func appendGlobalFields(b []byte, v *session.GlobalView) ([]byte, bool) {
 	num(`,"active":`, v.Active)
 	num(`,"limit":`, v.Limit)
 	b = append(b, `,"admittedPerMinute":`...)
-	if f := v.AdmittedPerMinute; math.IsNaN(f) || math.IsInf(f, 0) || f != 0 && (math.Abs(f) < 1e-6 || math.Abs(f) >= 1e21) {
+	var plain bool
+	if b, plain = appendPlainFloat(b, v.AdmittedPerMinute); !plain {
 		ok = false
-	} else {
-		b = strconv.AppendFloat(b, f, 'f', -1, 64)
 	}
 	if len(v.Buckets) > 0 {
 		b = appendBuckets(b, v.Buckets)
@@ -110,11 +109,10 @@ func appendJoinJSON(b []byte, v *session.SessionView, tok string) ([]byte, bool)
 		}
 	}
 	if f := v.ClaimWindow; f != 0 {
-		if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) < 1e-6 || math.Abs(f) >= 1e21 {
+		b = append(b, `,"claimWindow":`...)
+		var plain bool
+		if b, plain = appendPlainFloat(b, f); !plain {
 			ok = false
-		} else {
-			b = append(b, `,"claimWindow":`...)
-			b = strconv.AppendFloat(b, f, 'f', -1, 64)
 		}
 	}
 	if v.Admission != "" {
@@ -250,4 +248,15 @@ func sessionCookie(tok string, maxAge int, secure bool) (string, bool) {
 	}
 	b.WriteString("; SameSite=Lax")
 	return b.String(), true
+}
+
+// appendPlainFloat appends f as encoding/json writes it when that is the
+// shortest 'f' form (0, or a magnitude in [1e-6, 1e21)); plain is false,
+// and b unchanged, for NaN, infinities and the exponent forms, which the
+// caller leaves to encoding/json.
+func appendPlainFloat(b []byte, f float64) (_ []byte, plain bool) {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f != 0 && (math.Abs(f) < 1e-6 || math.Abs(f) >= 1e21) {
+		return b, false
+	}
+	return strconv.AppendFloat(b, f, 'f', -1, 64), true
 }
