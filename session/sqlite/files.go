@@ -319,6 +319,25 @@ func syncFile(path string) error {
 	return err
 }
 
+// testHookSyncCopied, set only by this package's tests before Open, fails
+// syncCopied with its error.
+var testHookSyncCopied func() error
+
+// syncCopied fsyncs the database file after a background checkpoint copied
+// pages into it, which SQLite leaves unsynced unless the checkpoint reached
+// the end of the WAL (checkpoint.go). Errors: the fsync's.
+func (s *Store) syncCopied() error {
+	if testHookSyncCopied != nil {
+		if err := testHookSyncCopied(); err != nil {
+			return err
+		}
+	}
+	if err := s.dbFile.Sync(); err != nil {
+		return fmt.Errorf("sync database: %w", err)
+	}
+	return nil
+}
+
 // recordIdentity writes the sidecar with the next_positions committed now:
 // it reads them, makes the WAL and the database durable (every commit read
 // is then on disk), and only then records them. Unless force, it skips the

@@ -3,12 +3,14 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,4 +328,50 @@ func TestAdaptChunk(t *testing.T) {
 			assert.Equal(t, tc.want, adaptChunk(tc.cur, tc.base, tc.queue, tc.took))
 		})
 	}
+}
+
+// A background checkpoint that copied pages syncs the database itself:
+// SQLite syncs it only after a checkpoint that reached the end of the WAL,
+// which no pass does while commits keep coming, and the writer's restart
+// checkpoint then flushed the whole backlog while joins waited. A failing
+// sync makes the store unready until a later pass syncs.
+func TestBackgroundPassSyncsWhatItCopied(t *testing.T) {
+	defer func(i time.Duration) { ckptInterval = i }(ckptInterval)
+	ckptInterval = 5 * time.Millisecond
+	var failing atomic.Bool
+	failing.Store(true)
+	testHookSyncCopied = func() error {
+		if failing.Load() {
+			return errors.New("injected sync failure")
+		}
+		return nil
+	}
+	defer func() { testHookSyncCopied = nil }()
+	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer s.Close()
+	cfg := sessiontest.GateConfig("default", 10)
+	ctx := context.Background()
+	n := 0
+	write := func() {
+		for range 20 {
+			n++
+			_, err := s.Join(ctx, cfg, "s"+strconv.Itoa(n), epoch)
+			require.NoError(t, err)
+		}
+	}
+	require.Eventually(t, func() bool {
+		write()
+		return s.Ready(ctx) != nil
+	}, 10*time.Second, 10*time.Millisecond, "a pass copied pages and its sync failed")
+	assert.ErrorContains(t, s.Ready(ctx), "injected sync failure")
+	synced := s.Stats().CheckpointSyncs
+	assert.Zero(t, synced)
+
+	failing.Store(false)
+	require.Eventually(t, func() bool {
+		write()
+		return s.Ready(ctx) == nil
+	}, 10*time.Second, 10*time.Millisecond, "a later pass synced")
+	assert.Positive(t, s.Stats().CheckpointSyncs)
 }

@@ -159,6 +159,9 @@ type Stats struct {
 	// checkpointer, WriterCheckpoints those the writer ran itself to let the
 	// WAL restart (see checkpoint.go).
 	Checkpoints, WriterCheckpoints int64
+	// CheckpointSyncs counts the database syncs that followed a background
+	// checkpoint which copied pages (checkpoint.go).
+	CheckpointSyncs int64
 }
 
 // Store is the SQLite session.Store. Create it with Open; it is safe for
@@ -373,7 +376,7 @@ func (s *Store) open(opts Options) error {
 	}
 	pageSize := max(asInt(dest[0]), 512)
 	s.ck, err = openCheckpointer(ctx, dsn(s.path, busy, "synchronous(NORMAL)", "wal_autocheckpoint(0)"), pageSize,
-		func() bool { return s.updating.Load() > 0 }, s.log, s.path)
+		func() bool { return s.updating.Load() > 0 }, s.syncCopied, s.log, s.path)
 	if err != nil {
 		return err
 	}
@@ -536,6 +539,7 @@ func (s *Store) Stats() Stats {
 		WALFrames:          s.ck.written.Load(),
 		Checkpoints:        s.ck.stats.background.Load() + s.ck.stats.truncates.Load(),
 		WriterCheckpoints:  s.ck.stats.writer.Load(),
+		CheckpointSyncs:    s.ck.stats.synced.Load(),
 	}
 }
 
