@@ -48,6 +48,7 @@ type config struct {
 	smoke      bool
 	jsonPath   string
 	cpuProfile string
+	tracePath  string
 	verbose    bool
 
 	window   time.Duration // one measuring window of a throughput run
@@ -98,6 +99,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.smoke, "smoke", false, "small sizes and short windows (~1-2 s per scenario): checks the tool runs, not the speed")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the results as JSON to `FILE`")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (clients and in-process servers) to `FILE`")
+	fs.StringVar(&c.tracePath, "trace", "", "update: write an execution trace of each update and its aftermath to `FILE`.<size> (go tool trace)")
 	fs.BoolVar(&c.verbose, "v", false, "more progress on stderr")
 	fs.DurationVar(&c.window, "window", 0, "length of one measuring window (default 2s, smoke 300ms)")
 	fs.DurationVar(&c.warmup, "warmup", 0, "load before each window counts (default 500ms, smoke 100ms)")
