@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +34,9 @@ func (s *Server) notifyRoutes(e *echo.Echo, b string, limited []echo.MiddlewareF
 	e.POST(b+"/api/notify", s.notify, limited...)
 	// A GET or HEAD (a scanner, a link preview, the person) only shows the
 	// page; the page's POST claims.
-	e.Match([]string{http.MethodGet, http.MethodHead}, b+ClaimPath, s.claimPage, limited...)
+	// A browser is told why a link is refused in a page (claimRefusedPage,
+	// outermost: a rate limit's refusal too), anyone else in JSON.
+	e.Match([]string{http.MethodGet, http.MethodHead}, b+ClaimPath, s.claimPage, append([]echo.MiddlewareFunc{s.claimRefusedPage}, limited...)...)
 	e.POST(b+ClaimPath, s.claimLink, limited...)
 }
 
@@ -90,14 +93,15 @@ var (
 
 // verifyClaimTicket returns the session and claim deadline of claim ticket
 // t at gate: 401 invalid_ticket when it is missing, does not verify, or
-// has expired.
+// has expired (then the error wraps token.ErrTicketExpired, which the
+// answer's JSON does not tell apart, and a browser's page does).
 func (s *Server) verifyClaimTicket(c echo.Context, gate, t string) (string, time.Time, error) {
 	if t == "" {
 		return "", time.Time{}, apiError(codeInvalidTicket, "claim link without a ticket")
 	}
-	id, deadline, ok := s.opts.Signer.VerifyClaimTicket(t, gate)
-	if !ok {
-		return "", time.Time{}, apiError(codeInvalidTicket, "claim link invalid or expired")
+	id, deadline, err := s.opts.Signer.CheckClaimTicket(t, gate)
+	if err != nil {
+		return "", time.Time{}, &session.Error{Code: codeInvalidTicket, Message: "claim link invalid or expired", Err: err}
 	}
 	s.note(c, gate, id)
 	return id, deadline, nil
@@ -107,8 +111,9 @@ func (s *Server) verifyClaimTicket(c echo.Context, gate, t string) (string, time
 // scanners fetch every link of a mail or chat message): a ticket that
 // verifies gets the claim page (200, no-store, under a fresh CSP nonce),
 // whose form posts the ticket; a missing, forged or expired one is 401
-// invalid_ticket, an unknown gate 404 unknown_gate. Whether the slot is
-// still there is the POST's to say.
+// invalid_ticket, an unknown gate 404 unknown_gate (to a browser as a
+// page: claimRefusedPage). Whether the slot is still there is the POST's
+// to say.
 func (s *Server) claimPage(c echo.Context) error {
 	r := c.Request()
 	c.Response().Header()["Referrer-Policy"] = valueNoReferrer
@@ -134,6 +139,87 @@ func (s *Server) claimPage(c echo.Context) error {
 	}
 	c.Response().Header()["Referrer-Policy"] = valueStrictOrigin
 	return htmlPage(c, buf.Bytes())
+}
+
+// claimRefusedPage is the middleware of a claim link's GET and HEAD that
+// answers their errors to a browser (an Accept that prefers text/html,
+// prefersHTML) with the page of a claim link refused: the error's status
+// (wire.Status of its code, as the JSON would have), the sentence of why,
+// and a link to the waiting page or the link's next (a local path). Any
+// other client, and every answer but an error, is left as it is: the wire
+// contract's JSON errors stay byte for byte.
+func (s *Server) claimRefusedPage(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		err := next(c)
+		if err == nil || c.Response().Committed || !prefersHTML(c.Request().Header) {
+			return err
+		}
+		if perr := s.renderClaimRefused(c, err); perr != nil {
+			return err // the JSON error, then
+		}
+		return nil
+	}
+}
+
+// renderClaimRefused answers err, the error of a claim link's GET or
+// HEAD, as the page of a claim link refused, under the status of err's
+// code, not cached, with the pages' CSP and no Referer (the link's URL
+// holds the ticket). The page never repeats the ticket: not in its text,
+// nor in its link, which is the link's next only when that is a local
+// path without the ticket in it. It returns the page's rendering error
+// (nothing was written then).
+func (s *Server) renderClaimRefused(c echo.Context, err error) error {
+	r := c.Request()
+	d := errorDetail(err)
+	gate := s.gateOf(r, "")
+	if _, gerr := s.opts.Waitlist.GateConfig(gate); gerr != nil {
+		gate = s.opts.DefaultGate // not whatever the link named
+	}
+	ticket, next := "", ""
+	if r.URL.RawQuery != "" {
+		q := r.URL.Query()
+		ticket, next = q.Get("ticket"), q.Get("next")
+	}
+	if !wire.LocalPath(next) || (ticket != "" && strings.Contains(next, ticket)) {
+		next = ""
+	}
+	data := static.ClaimRefusedPageData{BasePath: s.opts.BasePath, Gate: gate, Next: next,
+		Reason: claimRefusal(err, d.Code), Nonce: contentSecurityPolicy(c)}
+	var buf bytes.Buffer
+	if err := static.RenderClaimRefusedPage(&buf, data); err != nil {
+		return err
+	}
+	s.errorAnswered(c, err, d)
+	h := c.Response().Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	h["Cache-Control"] = valueNoStore
+	h["Referrer-Policy"] = valueNoReferrer
+	h["X-Content-Type-Options"] = valueNosniff
+	c.Response().WriteHeader(wire.Status(d.Code))
+	if r.Method != http.MethodHead {
+		_, _ = c.Response().Write(buf.Bytes()) // a write error: the client is gone
+	}
+	return nil
+}
+
+// claimRefusal names, for the page, why a claim link's request failed
+// with err of code: its ticket expired (genuine, and too late), the slot
+// was claimed already, the sidecar is busy or failing (429, 5xx: the same
+// link may work in a moment), or else the link is not valid (no ticket, a
+// mangled or forged one, another or an unknown gate).
+func claimRefusal(err error, code session.Code) static.ClaimRefusal {
+	status := wire.Status(code)
+	switch {
+	case errors.Is(err, token.ErrTicketExpired):
+		return static.ClaimExpired
+	case code == wire.CodeAlreadyClaimed || code == session.CodeNotActive:
+		return static.ClaimUsed
+	case status == http.StatusTooManyRequests || status >= http.StatusInternalServerError:
+		return static.ClaimBusy
+	default:
+		return static.ClaimInvalid
+	}
 }
 
 // claimLink claims the slot of a claim link's ticket, posted by the claim

@@ -241,6 +241,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	d := errorDetail(err)
+	s.errorAnswered(c, err, d)
+	wire.WriteError(c.Response(), c.Request(), d.Code, d.Message)
+}
+
+// errorAnswered does what comes with answering err (of detail d), in
+// whatever form: a failure of the server (5xx) is logged, and a closed
+// gate's answer gets its Retry-After.
+func (s *Server) errorAnswered(c echo.Context, err error, d wire.ErrorDetail) {
 	switch {
 	case d.Code == session.CodeGateClosed:
 		// An answer, not a failure: a closed gate refuses every newcomer,
@@ -251,7 +259,6 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case wire.Status(d.Code) >= 500:
 		s.log.Error("anteroom: request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
-	wire.WriteError(c.Response(), c.Request(), d.Code, d.Message)
 }
 
 // Constant header values, shared: assigning them to the header map costs no

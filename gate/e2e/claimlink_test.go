@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +145,134 @@ func TestClaimLinkInTheBrowser(t *testing.T) {
 	waitAcrossReloads(t, person, "the refusal", `document.getElementById('claim-text').textContent.includes('used already')`)
 	writePNG(t, dir, "claim-page-used.png", person.screenshot())
 	person.requireNoProblems()
+}
+
+// TestClaimLinkRefusedInTheBrowser: a called-back person opens the claim
+// link of their mail too late, or a link their mail client mangled. The
+// browser (its own Accept, as it navigates) shows a page in the claim
+// page's look under the same status as the JSON error: what happened in
+// a sentence, and a button on (to the waiting page, or to the link's
+// next), which leaves without a Referer and without the ticket. A fetch()
+// of the same link still gets the wire contract's JSON. Screenshots of
+// the expired link's page, desktop, mobile and dark, and of the mangled
+// one's.
+func TestClaimLinkRefusedInTheBrowser(t *testing.T) {
+	secret := []byte(strings.Repeat("e", token.MinSecretLength))
+	signer, err := token.NewSigner(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := startSidecarWith(t, session.GateConfig{Name: "default", ActiveLimit: 1, ActiveTimeout: 5 * time.Minute,
+		WaitingTimeout: 5 * time.Minute, ClaimTimeout: time.Minute, NotifyClaimTimeout: 15 * time.Minute},
+		func(o *gate.Options) { o.Signer = signer })
+	b := newBrowser(t)
+	dir := screenshotDir(t)
+
+	// The link of a promotion whose claim window closed a minute ago,
+	// signed under the sidecar's secret when it was mailed.
+	mailed, err := token.NewSignerWithOptions(secret, token.Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := gate.BuildClaimURL(mailed, srv.url, basePath, "default", "b", time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket := func(link string) string {
+		u, err := url.Parse(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Query().Get("ticket")
+	}(expired)
+
+	person := b.newUser(t, "person")
+	person.open(expired)
+	person.waitVisible("claim-next")
+	if got := evalJS[string](person, `document.title`); got != "Link expired" {
+		t.Errorf("title %q, want Link expired", got)
+	}
+	text := evalJS[string](person, `document.body.innerText`)
+	for _, want := range []string{"This link has expired", "The time to use it has run out", "Join the line again to get a new place.", "Join the line again"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the page does not say %q; it says:\n%s", want, text)
+		}
+	}
+	if html := evalJS[string](person, `document.documentElement.outerHTML`); strings.Contains(html, ticket) || strings.Contains(html, "ticket") || strings.Contains(html, `"error"`) {
+		t.Errorf("the page holds the ticket or the JSON error:\n%s", html)
+	}
+	if got := evalJS[string](person, `document.getElementById('claim-next').href`); got != srv.url+basePath+"/?gate=default" {
+		t.Errorf("the button leads to %q, want the waiting page", got)
+	}
+	// Shown as the claim page's card: centred, its button the claim
+	// page's, nothing spilling out of the viewport.
+	layout := func() string {
+		return evalJS[string](person, `(() => {
+  const card = document.getElementById('claim-card').getBoundingClientRect();
+  const a = getComputedStyle(document.getElementById('claim-next'));
+  const problems = [];
+  if (document.documentElement.scrollWidth > innerWidth) problems.push('scrolls sideways: ' + document.documentElement.scrollWidth + ' > ' + innerWidth);
+  if (Math.abs(card.left + card.width / 2 - innerWidth / 2) > 2) problems.push('card not centred');
+  if (card.bottom > innerHeight) problems.push('card below the fold');
+  if (a.backgroundColor !== 'rgb(37, 99, 235)' || a.textDecorationLine !== 'none') problems.push('button ' + a.backgroundColor + ' ' + a.textDecorationLine);
+  const gap = document.getElementById('claim-next').getBoundingClientRect().top - document.getElementById('claim-advice').getBoundingClientRect().bottom;
+  if (gap < 12) problems.push('the button crowds the text: ' + gap + 'px');
+  return problems.join('; ');
+})()`)
+	}
+	if p := layout(); p != "" {
+		t.Errorf("desktop layout: %s", p)
+	}
+	writePNG(t, dir, "claim-refused-expired.png", person.screenshot())
+	person.call("mobile viewport", func(ctx context.Context) error {
+		return chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
+	})
+	if p := layout(); p != "" {
+		t.Errorf("mobile layout: %s", p)
+	}
+	writePNG(t, dir, "claim-refused-expired-mobile.png", person.screenshot())
+	person.call("dark mode", func(ctx context.Context) error {
+		_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}},
+		})
+		return err
+	})
+	writePNG(t, dir, "claim-refused-expired-mobile-dark.png", person.screenshot())
+
+	// The same link fetched by script (an API client) is the JSON error.
+	if got := evalJS[string](person, `fetch(`+strconv.Quote(expired)+`).then((r) => r.status + ' ' + r.headers.get('content-type') + ' ' + r.headers.get('referrer-policy'))`); got != "401 application/json no-referrer" {
+		t.Errorf("fetch() of the link: %q, want the JSON error", got)
+	}
+
+	// The button: on to the waiting page, which lets the person in line
+	// again, with no Referer (the page's URL holds the ticket).
+	person.call("click the button", func(ctx context.Context) error {
+		return chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#claim-next")))
+	})
+	waitAcrossReloads(t, person, "the waiting page", `location.pathname === '`+basePath+`/' && !!window.anteroom`)
+	if ref := evalJS[string](person, `document.referrer`); ref != "" {
+		t.Errorf("the waiting page got Referer %q, want none", ref)
+	}
+	person.requireNoProblems()
+
+	// A link a mail client cut short, with a next: not valid, and the
+	// button leads to next.
+	mangled := b.newUser(t, "mangled")
+	valid, err := gate.BuildClaimURL(signer, srv.url, basePath, "default", "c", time.Now().Add(15*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mangled.open(valid[:len(valid)-12] + "&next=" + url.QueryEscape("/healthz?from=claim"))
+	mangled.waitVisible("claim-next")
+	text = evalJS[string](mangled, `document.body.innerText`)
+	for _, want := range []string{"This link is not valid", "cut short or changed", "Continue to the site"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the page does not say %q; it says:\n%s", want, text)
+		}
+	}
+	if got := evalJS[string](mangled, `document.getElementById('claim-next').href`); got != srv.url+"/healthz?from=claim" {
+		t.Errorf("the button leads to %q, want the link's next", got)
+	}
+	writePNG(t, dir, "claim-refused-invalid.png", mangled.screenshot())
+	mangled.requireNoProblems()
 }

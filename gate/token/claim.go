@@ -41,11 +41,33 @@ func (s *Signer) ClaimTicket(gate, id string, exp time.Time) (string, error) {
 	return es + "." + id + "." + base64.RawURLEncoding.EncodeToString(s.cur.sum(sum[:0], claimDomain, PurposeClaim, gate, id, es)), nil
 }
 
+// Why CheckClaimTicket refuses a ticket (the other tickets' verifications
+// say only whether they verify).
+var (
+	// ErrTicketInvalid: the ticket is malformed, was not signed under the
+	// current or the previous secret, or is of another purpose or gate.
+	ErrTicketInvalid = errors.New("token: ticket invalid")
+	// ErrTicketExpired: the ticket was signed under the current or the
+	// previous secret for this purpose and gate, and has expired.
+	ErrTicketExpired = errors.New("token: ticket expired")
+)
+
 // VerifyClaimTicket returns the session id and the claim deadline (to the
 // nanosecond) a claim ticket names, and false unless it was issued by
 // ClaimTicket for gate under the current or the previous secret (a link
 // mailed before a rotation stays good for its claim window) and has not
 // expired.
 func (s *Signer) VerifyClaimTicket(ticket, gate string) (string, time.Time, bool) {
+	id, deadline, err := s.CheckClaimTicket(ticket, gate)
+	return id, deadline, err == nil
+}
+
+// CheckClaimTicket is VerifyClaimTicket that says why it refuses a
+// ticket, so that a person who opens a claim link too late can be told
+// so: it returns ErrTicketExpired for a ticket ClaimTicket issued for gate
+// (its MAC verifies under the current or the previous secret) whose
+// deadline has passed, and ErrTicketInvalid for any other it refuses
+// (malformed, forged, cut short, of another gate, or no claim ticket).
+func (s *Signer) CheckClaimTicket(ticket, gate string) (string, time.Time, error) {
 	return s.verifyTicket(ticket, claimDomain, PurposeClaim, gate, time.Nanosecond)
 }

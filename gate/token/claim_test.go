@@ -116,3 +116,67 @@ func TestTicketsVerifyAcrossARotation(t *testing.T) {
 	_, ok = rotated.VerifyTicket(ws, token.PurposeLeave, "g")
 	assert.False(t, ok, "another purpose")
 }
+
+// CheckClaimTicket says why it refuses: expired only for a ticket this
+// signer (or its previous secret) issued for that gate, whose deadline
+// has passed; invalid for every other, expired or not, so that a forged
+// or mangled link is never called expired.
+func TestCheckClaimTicketSaysWhy(t *testing.T) {
+	deadline := epoch.Add(15 * time.Minute)
+	at := func(now time.Time, previous string) *token.Signer {
+		o := token.Options{Now: func() time.Time { return now }}
+		if previous != "" {
+			o.Previous = secretOf(previous)
+		}
+		v, err := token.NewSignerWithOptions(secretOf("k"), o)
+		require.NoError(t, err)
+		return v
+	}
+	s := at(epoch, "")
+	tk, err := s.ClaimTicket("g", "b", deadline)
+	require.NoError(t, err)
+	old, err := token.NewSignerWithOptions(secretOf("o"), token.Options{Now: func() time.Time { return epoch }})
+	require.NoError(t, err)
+	oldTk, err := old.ClaimTicket("g", "b", deadline)
+	require.NoError(t, err)
+	ws, err := s.Ticket(token.PurposeWS, "g", "b")
+	require.NoError(t, err)
+	mac := tk[strings.LastIndexByte(tk, '.')+1:]
+	later, past := at(deadline, ""), at(deadline.Add(time.Hour), "")
+	for _, tc := range []struct {
+		name, ticket, gate string
+		signer             *token.Signer
+		want               error
+	}{
+		{"valid", tk, "g", s, nil},
+		{"a nanosecond before its deadline", tk, "g", at(deadline.Add(-time.Nanosecond), ""), nil},
+		{"at its deadline", tk, "g", later, token.ErrTicketExpired},
+		{"an hour late", tk, "g", past, token.ErrTicketExpired},
+		{"late, issued before a rotation", oldTk, "g", at(deadline, "o"), token.ErrTicketExpired},
+		{"late, of a secret this signer never had", oldTk, "g", past, token.ErrTicketInvalid},
+		{"late, for another gate", tk, "h", past, token.ErrTicketInvalid},
+		{"late, another id", strings.Replace(tk, ".b.", ".c.", 1), "g", past, token.ErrTicketInvalid},
+		{"late, MAC cut short", tk[:len(tk)-3], "g", past, token.ErrTicketInvalid},
+		{"late, MAC changed", strings.Replace(tk, mac, strings.Repeat("A", len(mac)), 1), "g", past, token.ErrTicketInvalid},
+		{"a forged deadline in the past", "1." + tk[strings.IndexByte(tk, '.')+1:], "g", s, token.ErrTicketInvalid},
+		{"a websocket ticket", ws, "g", s, token.ErrTicketInvalid},
+		{"empty", "", "g", s, token.ErrTicketInvalid},
+		{"script", `<script>alert(1)</script>`, "g", s, token.ErrTicketInvalid},
+		{"too long", strings.Repeat("1", token.MaxLength+1), "g", past, token.ErrTicketInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, got, err := tc.signer.CheckClaimTicket(tc.ticket, tc.gate)
+			_, _, ok := tc.signer.VerifyClaimTicket(tc.ticket, tc.gate)
+			assert.Equal(t, tc.want == nil, ok, "VerifyClaimTicket agrees")
+			if tc.want == nil {
+				require.NoError(t, err)
+				assert.Equal(t, "b", id)
+				assert.True(t, got.Equal(deadline))
+				return
+			}
+			assert.ErrorIs(t, err, tc.want)
+			assert.Empty(t, id, "a refused ticket names no session")
+			assert.True(t, got.IsZero())
+		})
+	}
+}

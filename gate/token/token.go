@@ -243,40 +243,42 @@ func (s *Signer) VerifyTicket(ticket, purpose, gate string) (string, bool) {
 	if purpose == PurposeClaim {
 		return "", false
 	}
-	id, _, ok := s.verifyTicket(ticket, "t1", purpose, gate, time.Second)
-	return id, ok
+	id, _, err := s.verifyTicket(ticket, "t1", purpose, gate, time.Second)
+	return id, err == nil
 }
 
 // verifyTicket checks a ticket "<exp>.<id>.<mac>" whose expiry counts in
 // unit from the epoch and whose MAC is of (domain, purpose, gate, id, exp)
 // under the current or the previous secret; it returns the id and the
-// expiry, or false.
-func (s *Signer) verifyTicket(ticket, domain, purpose, gate string, unit time.Duration) (string, time.Time, bool) {
+// expiry, ErrTicketExpired when the MAC verifies but the expiry has passed,
+// or ErrTicketInvalid.
+func (s *Signer) verifyTicket(ticket, domain, purpose, gate string, unit time.Duration) (string, time.Time, error) {
 	if len(ticket) > MaxLength {
-		return "", time.Time{}, false
+		return "", time.Time{}, ErrTicketInvalid
 	}
 	exp, rest, ok := strings.Cut(ticket, ".")
 	if !ok {
-		return "", time.Time{}, false
+		return "", time.Time{}, ErrTicketInvalid
 	}
 	id, mac, ok := strings.Cut(rest, ".")
 	if !ok || !session.ValidID(id) {
-		return "", time.Time{}, false
+		return "", time.Time{}, ErrTicketInvalid
 	}
 	e, ok := parseExp(exp)
 	if !ok || e > math.MaxInt64/int64(unit) {
-		return "", time.Time{}, false
-	}
-	expires := time.Unix(0, e*int64(unit))
-	if !s.now().Before(expires) {
-		return "", time.Time{}, false
+		return "", time.Time{}, ErrTicketInvalid
 	}
 	for _, k := range s.keys() {
-		if k.verify(mac, domain, purpose, gate, id, exp) {
-			return id, expires, true
+		if !k.verify(mac, domain, purpose, gate, id, exp) {
+			continue
 		}
+		expires := time.Unix(0, e*int64(unit))
+		if !s.now().Before(expires) {
+			return "", time.Time{}, ErrTicketExpired
+		}
+		return id, expires, nil
 	}
-	return "", time.Time{}, false
+	return "", time.Time{}, ErrTicketInvalid
 }
 
 func (s *Signer) keys() []*keyState {

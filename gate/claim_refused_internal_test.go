@@ -1,0 +1,46 @@
+package gate
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/assert"
+
+	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/wire"
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/static"
+)
+
+// The page of a refused claim link names its reason from the error's
+// code (and its status, from the one code → status table): expired only
+// for a genuine ticket too late, used for a slot gone, busy when the same
+// link may work in a moment, and not valid for everything else.
+func TestClaimRefusal(t *testing.T) {
+	expired := &session.Error{Code: codeInvalidTicket, Message: "claim link invalid or expired", Err: token.ErrTicketExpired}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want static.ClaimRefusal
+	}{
+		{"expired", expired, static.ClaimExpired},
+		{"expired, wrapped again", fmt.Errorf("claim: %w", expired), static.ClaimExpired},
+		{"invalid", &session.Error{Code: codeInvalidTicket, Message: "m", Err: token.ErrTicketInvalid}, static.ClaimInvalid},
+		{"no ticket", apiError(codeInvalidTicket, "claim link without a ticket"), static.ClaimInvalid},
+		{"unknown gate", session.Errorf(session.CodeUnknownGate, "no gate"), static.ClaimInvalid},
+		{"a bad argument", apiError(session.CodeInvalidArgument, "m"), static.ClaimInvalid},
+		{"already claimed", apiError(wire.CodeAlreadyClaimed, "m"), static.ClaimUsed},
+		{"not active", session.Errorf(session.CodeNotActive, "m"), static.ClaimUsed},
+		{"rate limited", apiError(codeRateLimited, "m"), static.ClaimBusy},
+		{"unavailable", session.Errorf(session.CodeUnavailable, "m"), static.ClaimBusy},
+		{"internal", errors.New("disk on fire"), static.ClaimBusy},
+		{"echo's 500", echo.NewHTTPError(500, "x"), static.ClaimBusy},
+		{"echo's 404", echo.NewHTTPError(404, "x"), static.ClaimInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, claimRefusal(tc.err, errorDetail(tc.err).Code))
+		})
+	}
+}
