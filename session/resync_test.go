@@ -192,8 +192,9 @@ func TestPromotionSeenTwiceKeepsItsClaim(t *testing.T) {
 	require.NoError(t, w.FlushTouches(context.Background()))
 	claims := 0
 	for _, tc := range st.touches {
-		if tc.Claim {
+		if !tc.ClaimDeadline.IsZero() {
 			claims++
+			assert.True(t, tc.ClaimDeadline.Equal(b.ClaimDeadline), "the claim names b's promotion: %+v", tc)
 		}
 	}
 	assert.Equal(t, 1, claims, "touches %+v", st.touches)

@@ -256,6 +256,14 @@ func (h *harness) seen(ids ...string) {
 	require.NoError(h.tb, h.store.Touch(h.ctx, gateName, touches))
 }
 
+// claim touches id at at with a claim of the promotion its row holds now:
+// a sign of life seen under that promotion.
+func (h *harness) claim(id string, at time.Time) {
+	h.tb.Helper()
+	t := session.Touch{ID: id, LastActive: at, ClaimDeadline: h.mustGet(gateName, id).ClaimDeadline}
+	require.NoError(h.tb, h.store.Touch(h.ctx, gateName, []session.Touch{t}))
+}
+
 func (h *harness) get(gate, id string) (session.Session, bool) {
 	h.tb.Helper()
 	s, err := h.store.Get(h.ctx, gate, id)
