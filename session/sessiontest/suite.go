@@ -112,6 +112,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("ClaimWindowInViews", func(t *testing.T) { testClaimWindowInViews(t, open) })
 	t.Run("JoinLeavesLinkClaim", func(t *testing.T) { testJoinLeavesLinkClaim(t, open) })
 	t.Run("ClaimOutputsOnce", func(t *testing.T) { testClaimOutputsOnce(t, open) })
+	t.Run("TouchClaimBoundToPromotion", func(t *testing.T) { testTouchClaimBoundToPromotion(t, open) }) // suite_touchclaim.go
+	t.Run("StaleClaimAfterPromotionAgain", func(t *testing.T) { testStaleClaimAfterPromotionAgain(t, open) })
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a
