@@ -16,10 +16,10 @@ import (
 type LinkClaimer interface {
 	// ClaimLink runs DecideClaimLink for id in gate, the link's deadline
 	// and now, on the row read under the gate's lock, and when it allows,
-	// claims the slot as a Touch with Claim does (the same events: an
-	// EventRefreshed with Claimed, history and webhook rows), in that one
-	// transaction. It returns the session as stored afterwards. Errors:
-	// ErrNotActive (the slot was claimed already, is gone, was never
+	// claims the slot as a Touch with that ClaimDeadline does (the same
+	// events: an EventRefreshed with Claimed, history and webhook rows), in
+	// that one transaction. It returns the session as stored afterwards.
+	// Errors: ErrNotActive (the slot was claimed already, is gone, was never
 	// promoted, or is of another promotion than the link's; nothing
 	// changed), ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
 	ClaimLink(ctx context.Context, gate, id string, deadline, now time.Time) (Session, error)
@@ -36,15 +36,15 @@ func LinkOnly(s Session) bool {
 // (nil when absent): only an active session whose slot waits to be claimed
 // (ClaimDeadline set, not past) may be claimed, and only by the link of
 // that promotion: deadline, the one the link carries, must be the
-// session's ClaimDeadline to the nanosecond (a link of an earlier promotion
-// of the same session id is refused as a used one). Else ErrNotActive. The
-// claim itself is DecideTouch's with Claim.
+// session's ClaimDeadline to the nanosecond (awaitsClaim, the rule a
+// Touch's claim follows too; a link of an earlier promotion of the same
+// session id is refused as a used one). Else ErrNotActive. The claim
+// itself is DecideTouch's with that ClaimDeadline.
 func DecideClaimLink(existing *Session, deadline, now time.Time) (Outcome, error) {
-	if existing == nil || existing.Status != StatusActive || existing.ClaimDeadline.IsZero() ||
-		!existing.ClaimDeadline.Equal(deadline) || !now.Before(existing.ClaimDeadline) {
+	if existing == nil || !awaitsClaim(*existing, deadline) || !now.Before(existing.ClaimDeadline) {
 		return Outcome{Action: ActionNone}, ErrNotActive
 	}
-	return DecideTouch(existing, Touch{ID: existing.ID, LastActive: now, Claim: true}), nil
+	return DecideTouch(existing, Touch{ID: existing.ID, LastActive: now, ClaimDeadline: deadline}), nil
 }
 
 // ClaimLink claims a promoted, unclaimed slot on behalf of a claim link's

@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -158,13 +159,20 @@ func TestCommitsKeptWhileStartingAreDroppedWhenNewFails(t *testing.T) {
 }
 
 // touchStore is a listenerStore that records the touches memory flushes.
+// during, when set, runs inside the next Touch call, once: what happens
+// while a flush is under way.
 type touchStore struct {
 	listenerStore
 	touches []session.Touch
+	during  func()
 }
 
 func (s *touchStore) Touch(_ context.Context, _ string, ts []session.Touch) error {
 	s.touches = append(s.touches, ts...)
+	if during := s.during; during != nil {
+		s.during = nil
+		during()
+	}
 	return nil
 }
 
@@ -192,9 +200,84 @@ func TestPromotionSeenTwiceKeepsItsClaim(t *testing.T) {
 	require.NoError(t, w.FlushTouches(context.Background()))
 	claims := 0
 	for _, tc := range st.touches {
-		if tc.Claim {
+		if !tc.ClaimDeadline.IsZero() {
 			claims++
+			assert.True(t, tc.ClaimDeadline.Equal(b.ClaimDeadline), "the claim names b's promotion: %+v", tc)
 		}
 	}
 	assert.Equal(t, 1, claims, "touches %+v", st.touches)
+}
+
+// A claim made while a flush is under way is not forgotten when that flush
+// sent the claim of another promotion: memory clears only the claim it
+// sent, and the next flush names the promotion of the later claim.
+func TestClaimDuringFlushStaysPending(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	st := &touchStore{listenerStore: listenerStore{snap: session.GateSnapshot{
+		State: session.GateState{Counters: session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, FirstWaitingPosition: 2, LastWaitingPosition: 2},
+	}}}
+	cfg := session.GateConfig{Name: "g", ActiveLimit: 5, ActiveTimeout: time.Minute, WaitingTimeout: time.Minute, ClaimTimeout: time.Minute}
+	w, err := session.New(context.Background(), st, []session.GateConfig{cfg}, session.Options{TouchInterval: -1, SweepInterval: -1})
+	require.NoError(t, err)
+	defer w.Close()
+	promoted := func(deadline time.Time) session.Commit {
+		b := activeSession("b", 2, at)
+		b.ClaimDeadline = deadline
+		return session.Commit{Gates: map[string]session.GateState{"g": {Counters: session.Counters{NextPosition: 3, Active: 2}, FirstWaitingPosition: 3, LastWaitingPosition: 2}},
+			Events: []session.Event{{Kind: session.EventPromoted, Session: b}}}
+	}
+	first, second := at.Add(time.Minute), at.Add(time.Minute+time.Millisecond)
+	st.listener(promoted(first))
+	require.NoError(t, w.ValidateSessionIsActive("g", "b"), "a sign of life claims the first promotion")
+	st.during = func() {
+		st.listener(promoted(second))
+		require.NoError(t, w.ValidateSessionIsActive("g", "b"), "a sign of life claims the second promotion")
+	}
+	require.NoError(t, w.FlushTouches(context.Background()))
+	require.NoError(t, w.FlushTouches(context.Background()))
+	var claims []time.Time
+	for _, tc := range st.touches {
+		if !tc.ClaimDeadline.IsZero() {
+			claims = append(claims, tc.ClaimDeadline)
+		}
+	}
+	require.Len(t, claims, 2, "touches %+v", st.touches)
+	assert.True(t, claims[0].Equal(first), "the first flush claims the first promotion: %v", claims[0])
+	assert.True(t, claims[1].Equal(second), "the second flush claims the second promotion: %v", claims[1])
+}
+
+// ValidateSessionIsActive allocates nothing, also when it claims a
+// promoted slot (memory keeps which promotion it claimed).
+func TestValidateClaimAllocatesNothing(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	const n = 200
+	snap := session.GateSnapshot{State: session.GateState{Counters: session.Counters{NextPosition: n + 1, Active: n}, FirstWaitingPosition: n + 1, LastWaitingPosition: n}}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("s%d", i)
+		s := activeSession(ids[i], int64(i+1), at)
+		s.ClaimDeadline = at.Add(time.Minute + time.Duration(i))
+		snap.Active = append(snap.Active, s)
+	}
+	st := &touchStore{listenerStore: listenerStore{snap: snap}}
+	cfg := session.GateConfig{Name: "g", ActiveLimit: n, ActiveTimeout: time.Minute, WaitingTimeout: time.Minute, ClaimTimeout: time.Minute}
+	w, err := session.New(context.Background(), st, []session.GateConfig{cfg}, session.Options{TouchInterval: -1, SweepInterval: -1})
+	require.NoError(t, err)
+	defer w.Close()
+	next := 0
+	allocs := testing.AllocsPerRun(n/2, func() {
+		if err := w.ValidateSessionIsActive("g", ids[next]); err != nil {
+			panic(err)
+		}
+		next++
+	})
+	assert.Zero(t, allocs)
+	require.NoError(t, w.FlushTouches(context.Background()))
+	claims := 0
+	for _, tc := range st.touches {
+		if !tc.ClaimDeadline.IsZero() {
+			claims++
+		}
+	}
+	assert.Equal(t, next, claims, "every validation claimed a slot")
 }

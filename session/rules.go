@@ -156,8 +156,11 @@ func Promote(cfg GateConfig, waiting Session, now time.Time) Outcome {
 }
 
 // DecideTouch decides a coalesced sign of life t for a stored session: its
-// LastActive moves forward to t's (never back), and t.Claim claims a
-// promoted slot. An absent session is left alone.
+// LastActive moves forward to t's (never back), and t.ClaimDeadline claims
+// the slot of the promotion it names when the session still waits for that
+// claim (awaitsClaim): a sign of life seen under an earlier promotion of
+// the same session id refreshes the row but claims nothing. An absent
+// session is left alone.
 func DecideTouch(existing *Session, t Touch) Outcome {
 	if existing == nil {
 		return Outcome{Action: ActionNone}
@@ -169,7 +172,7 @@ func DecideTouch(existing *Session, t Touch) Outcome {
 		changed = true
 	}
 	var note EventKind
-	if t.Claim && !s.ClaimDeadline.IsZero() && s.Status == StatusActive {
+	if awaitsClaim(*existing, t.ClaimDeadline) {
 		s.ClaimDeadline = time.Time{}
 		changed = true
 		note = EventClaimed
@@ -178,6 +181,15 @@ func DecideTouch(existing *Session, t Touch) Outcome {
 		return Outcome{Action: ActionNone, Session: s}
 	}
 	return Outcome{Action: ActionUpdate, Session: s, Note: note}
+}
+
+// awaitsClaim reports whether s is a promoted session whose slot waits to
+// be claimed by the promotion of the given claim deadline. A claim deadline
+// names its promotion, to the nanosecond: a claim (a claim link's or a
+// Touch's) carrying the deadline of another promotion of the same session
+// id, or none, claims nothing. It does not look at the clock.
+func awaitsClaim(s Session, deadline time.Time) bool {
+	return s.Status == StatusActive && !s.ClaimDeadline.IsZero() && s.ClaimDeadline.Equal(deadline)
 }
 
 // PromotionCount is how many waiters to promote given the counters: as many

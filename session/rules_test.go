@@ -183,7 +183,7 @@ func TestNoRuleTurnsActiveIntoWaiting(t *testing.T) {
 					stillActive(t, "leave", session.DecideLeave(&a, now))
 					stillActive(t, "release", session.DecideRelease(c, cs, &a))
 					stillActive(t, "purge", session.DecidePurge(a))
-					stillActive(t, "touch", session.DecideTouch(&a, session.Touch{ID: "a", LastActive: now, Claim: true}))
+					stillActive(t, "touch", session.DecideTouch(&a, session.Touch{ID: "a", LastActive: now, ClaimDeadline: now}))
 					n += 5
 				}
 			}
@@ -232,9 +232,14 @@ func TestDecideTouch(t *testing.T) {
 		{"active moves forward", &active, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionUpdate, Session: with(active, later, time.Time{})}},
 		{"never backwards", &active, session.Touch{LastActive: t0.Add(-time.Second)}, session.Outcome{Action: session.ActionNone, Session: active}},
 		{"a waiter is seen", &waiting, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionUpdate, Session: with(waiting, later, time.Time{})}},
-		{"a claim clears the deadline", &unclaimed, session.Touch{LastActive: later, Claim: true}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, time.Time{}), Note: session.EventClaimed}},
+		{"a claim of its promotion clears the deadline", &unclaimed, session.Touch{LastActive: later, ClaimDeadline: unclaimed.ClaimDeadline}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, time.Time{}), Note: session.EventClaimed}},
+		{"the same instant in another zone claims", &unclaimed, session.Touch{LastActive: later, ClaimDeadline: unclaimed.ClaimDeadline.In(time.FixedZone("x", 3600))}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, time.Time{}), Note: session.EventClaimed}},
+		{"a claim of an earlier promotion only refreshes", &unclaimed, session.Touch{LastActive: later, ClaimDeadline: unclaimed.ClaimDeadline.Add(-time.Minute)}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, unclaimed.ClaimDeadline)}},
+		{"a claim a nanosecond off only refreshes", &unclaimed, session.Touch{LastActive: later, ClaimDeadline: unclaimed.ClaimDeadline.Add(time.Nanosecond)}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, unclaimed.ClaimDeadline)}},
+		{"a claim of another promotion at an old time: nothing", &unclaimed, session.Touch{LastActive: t0, ClaimDeadline: t0}, session.Outcome{Action: session.ActionNone, Session: unclaimed}},
 		{"a refresh without claim keeps it", &unclaimed, session.Touch{LastActive: later}, session.Outcome{Action: session.ActionUpdate, Session: with(unclaimed, later, unclaimed.ClaimDeadline)}},
-		{"a claim of a claimed session at an old time: nothing", &active, session.Touch{LastActive: t0, Claim: true}, session.Outcome{Action: session.ActionNone, Session: active}},
+		{"a claim of a claimed session at an old time: nothing", &active, session.Touch{LastActive: t0, ClaimDeadline: unclaimed.ClaimDeadline}, session.Outcome{Action: session.ActionNone, Session: active}},
+		{"a claim of a waiter: only seen", &waiting, session.Touch{LastActive: later, ClaimDeadline: unclaimed.ClaimDeadline}, session.Outcome{Action: session.ActionUpdate, Session: with(waiting, later, time.Time{})}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -120,8 +120,13 @@ type GateSnapshot struct {
 type Touch struct {
 	ID         string
 	LastActive time.Time
-	// Claim claims the slot of a promoted, unclaimed session.
-	Claim bool
+	// ClaimDeadline, when set, claims the slot of a promoted, unclaimed
+	// session, but only of the promotion it names: the claim deadline the
+	// sign of life was seen under. A claim deadline names its promotion
+	// as a claim link's does (DecideClaimLink), so a sign of life seen
+	// while the session held an earlier promotion does not claim a later
+	// one. Zero claims nothing.
+	ClaimDeadline time.Time
 }
 
 // UpdateReport says what one update of one gate did.

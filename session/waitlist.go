@@ -168,9 +168,11 @@ type activeEntry struct {
 	lastActive atomic.Int64 // unix nanoseconds, exact
 	persisted  atomic.Int64 // unix nanoseconds, as the store has it
 	// claimDeadline is the unclaimed session's deadline (unix nanoseconds),
-	// 0 once claimed; claimPending marks a claim not yet persisted.
+	// 0 once claimed; claimPending is the deadline of a claim made here and
+	// not yet persisted (0: none), which names the promotion it claimed
+	// (Touch.ClaimDeadline).
 	claimDeadline atomic.Int64
-	claimPending  atomic.Bool
+	claimPending  atomic.Int64
 	// promotion is the claim deadline of the promotion memory applied to
 	// this entry, kept after the claim (0: memory never saw it unclaimed);
 	// it tells a claim link memory can decide from one it cannot
@@ -468,10 +470,14 @@ func signActive(e *activeEntry, now int64) {
 }
 
 // claimSlot claims e's promoted slot when it is unclaimed, without moving
-// its LastActive: the claim is persisted by the next touch flush.
+// its LastActive: the claim is persisted by the next touch flush, for the
+// promotion whose deadline it took from claimDeadline.
 func claimSlot(e *activeEntry) {
-	if e.claimDeadline.Load() != 0 && e.claimDeadline.Swap(0) != 0 {
-		e.claimPending.Store(true)
+	if e.claimDeadline.Load() == 0 {
+		return
+	}
+	if d := e.claimDeadline.Swap(0); d != 0 {
+		e.claimPending.Store(d)
 	}
 }
 
@@ -731,11 +737,12 @@ func (w *Waitlist) republishRates() {
 
 // FlushTouches persists the signs of life seen in memory since they were
 // last persisted: every refreshed LastActive and claim of an active
-// session, and a waiter's last sign of life when it has moved on by a
-// quarter of the waiting timeout or when its last socket closed. Open
-// sockets count as a sign of life now. It returns the Store's error, or
-// ErrUnavailable. It sends at most Options.UpdateChunk per
-// Store.Touch call.
+// session (a claim names the promotion it was made under, so it claims
+// nothing if the session was promoted again since), and a waiter's last
+// sign of life when it has moved on by a quarter of the waiting timeout or
+// when its last socket closed. Open sockets count as a sign of life now.
+// It returns the Store's error, or ErrUnavailable. It sends at most
+// Options.UpdateChunk per Store.Touch call.
 func (w *Waitlist) FlushTouches(ctx context.Context) error {
 	now := w.clock.Now().UnixNano()
 	set := w.set.Load()
@@ -759,8 +766,12 @@ func (w *Waitlist) FlushTouches(ctx context.Context) error {
 		for id, e := range g.active {
 			la := e.lastActive.Load()
 			claim := e.claimPending.Load()
-			if la != e.persisted.Load() || claim {
-				touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, la), Claim: claim})
+			if la != e.persisted.Load() || claim != 0 {
+				t := Touch{ID: id, LastActive: time.Unix(0, la)}
+				if claim != 0 {
+					t.ClaimDeadline = time.Unix(0, claim)
+				}
+				touches = append(touches, t)
 				entries = append(entries, e)
 			}
 		}
@@ -796,8 +807,10 @@ func (w *Waitlist) FlushTouches(ctx context.Context) error {
 			for i, t := range chunk {
 				if k := start + i; k < len(entries) {
 					entries[k].persisted.Store(t.LastActive.UnixNano())
-					if t.Claim {
-						entries[k].claimPending.Store(false)
+					if !t.ClaimDeadline.IsZero() {
+						// Sent: the Store claimed it, or left it as
+						// another promotion's. A later claim stays pending.
+						entries[k].claimPending.CompareAndSwap(t.ClaimDeadline.UnixNano(), 0)
 					}
 				} else {
 					p := waiters[k-len(entries)]

@@ -12,7 +12,7 @@ var _ session.LinkClaimer = (*Store)(nil)
 // ClaimLink claims the promoted slot of id in gate for a claim link, when
 // session.DecideClaimLink allows it (the link's deadline is the row's claim
 // deadline) on the row read under the gate's row lock, as a Touch with
-// Claim (the same events), in one writer transaction: of two instances
+// that ClaimDeadline (the same events), in one writer transaction: of two instances
 // visiting the same link at the same instant, exactly one claims it. It
 // returns the session as stored afterwards.
 //
@@ -40,7 +40,7 @@ func (s *Store) ClaimLink(ctx context.Context, gate, id string, deadline, now ti
 		if _, err := session.DecideClaimLink(existing, deadline, now); err != nil {
 			return err
 		}
-		t := &op{kind: opTouch, ctx: ctx, cfg: session.GateConfig{Name: gate}, touches: []session.Touch{{ID: id, LastActive: now, Claim: true}}}
+		t := &op{kind: opTouch, ctx: ctx, cfg: session.GateConfig{Name: gate}, touches: []session.Touch{{ID: id, LastActive: now, ClaimDeadline: deadline}}}
 		if err := s.applyTouch(ctx, b, t); err != nil {
 			return err
 		}

@@ -83,9 +83,9 @@ func TestHostileTouchesAndPurges(t *testing.T) {
 		{ID: `x');DROP/**/TABLE/**/anteroom_sessions;--`, LastActive: later},
 		{ID: "", LastActive: later},
 		{ID: "bad id", LastActive: later},
-		{ID: "nope", LastActive: later, Claim: true},
+		{ID: "nope", LastActive: later, ClaimDeadline: later},
 		{ID: "w", LastActive: later},
-		{ID: "w", LastActive: epoch.Add(-time.Hour), Claim: true},
+		{ID: "w", LastActive: epoch.Add(-time.Hour), ClaimDeadline: later},
 	}))
 	require.NoError(t, s.Touch(ctx, "other", []session.Touch{{ID: "w", LastActive: later.Add(time.Hour)}}))
 	w, err := s.Get(ctx, multiGate, "w")

@@ -1067,7 +1067,7 @@ func (s *Store) applyTouch(ctx context.Context, b *batch, o *op) error {
 	g := b.gates[o.cfg.Name]
 	report := g.report
 	for _, t := range o.touches {
-		if (t.LastActive.IsZero() && !t.Claim) || !session.ValidID(t.ID) {
+		if (t.LastActive.IsZero() && t.ClaimDeadline.IsZero()) || !session.ValidID(t.ID) {
 			continue
 		}
 		e, err := s.find(ctx, b, g.name, t.ID)

@@ -112,6 +112,8 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("ClaimWindowInViews", func(t *testing.T) { testClaimWindowInViews(t, open) })
 	t.Run("JoinLeavesLinkClaim", func(t *testing.T) { testJoinLeavesLinkClaim(t, open) })
 	t.Run("ClaimOutputsOnce", func(t *testing.T) { testClaimOutputsOnce(t, open) })
+	t.Run("TouchClaimBoundToPromotion", func(t *testing.T) { testTouchClaimBoundToPromotion(t, open) }) // suite_touchclaim.go
+	t.Run("StaleClaimAfterPromotionAgain", func(t *testing.T) { testStaleClaimAfterPromotionAgain(t, open) })
 }
 
 // harness is one Store under test, the function that opens it, a fake clock and a
@@ -254,6 +256,14 @@ func (h *harness) seen(ids ...string) {
 		touches[i] = session.Touch{ID: id, LastActive: h.clock.Now()}
 	}
 	require.NoError(h.tb, h.store.Touch(h.ctx, gateName, touches))
+}
+
+// claim touches id at at with a claim of the promotion its row holds now:
+// a sign of life seen under that promotion.
+func (h *harness) claim(id string, at time.Time) {
+	h.tb.Helper()
+	t := session.Touch{ID: id, LastActive: at, ClaimDeadline: h.mustGet(gateName, id).ClaimDeadline}
+	require.NoError(h.tb, h.store.Touch(h.ctx, gateName, []session.Touch{t}))
 }
 
 func (h *harness) get(gate, id string) (session.Session, bool) {

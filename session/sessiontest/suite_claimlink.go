@@ -211,10 +211,8 @@ func testClaimOutputsOnce(t *testing.T, open Opener) {
 	}
 	h.setNotify(cfg, "byLink", true)
 	claim := map[string]func(){
-		"byJoin": func() { h.join(cfg, "byJoin") },
-		"byTouch": func() {
-			require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: "byTouch", LastActive: h.clock.Now(), Claim: true}}))
-		},
+		"byJoin":  func() { h.join(cfg, "byJoin") },
+		"byTouch": func() { h.claim("byTouch", h.clock.Now()) },
 		"byLink": func() {
 			_, err := h.store.ClaimLink(h.ctx, gateName, "byLink", h.mustGet(gateName, "byLink").ClaimDeadline, h.clock.Now())
 			require.NoError(t, err)
@@ -224,13 +222,14 @@ func testClaimOutputsOnce(t *testing.T, open Opener) {
 	for _, id := range []string{"byJoin", "byTouch", "byLink"} {
 		h.clock.Advance(time.Second)
 		h.release(cfg, prev)
-		require.False(t, h.mustGet(gateName, id).ClaimDeadline.IsZero(), "%s promoted, unclaimed", id)
+		deadline := h.mustGet(gateName, id).ClaimDeadline
+		require.False(t, deadline.IsZero(), "%s promoted, unclaimed", id)
 		h.clock.Advance(time.Second)
 		claim[id]()
 		// Later signs of life claim nothing more.
 		h.clock.Advance(time.Second)
 		h.join(cfg, id)
-		require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: id, LastActive: h.clock.Now(), Claim: true}}))
+		require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: id, LastActive: h.clock.Now(), ClaimDeadline: deadline}}))
 		prev = id
 	}
 	rows, err := os.ClaimOutbox(h.ctx, h.clock.Now(), time.Minute, 100)

@@ -58,7 +58,7 @@ func testHistory(t *testing.T, open Opener) {
 		promotedAt := h.clock.Now()
 		h.release(cfg, "a") // b takes the slot, unclaimed
 		h.clock.Advance(time.Second)
-		require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: "b", LastActive: h.clock.Now(), Claim: true}}))
+		h.claim("b", h.clock.Now())
 		h.leave(cfg, "c")
 		h.clock.Advance(cfg.WaitingTimeout + time.Second)
 		h.seen("b")

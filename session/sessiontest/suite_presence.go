@@ -53,7 +53,7 @@ func testClaim(t *testing.T, open Opener) {
 	// A claim clears the deadline and is reported; the session then lives by
 	// the active timeout.
 	mark = h.mark()
-	require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: "c", LastActive: at, Claim: true}}))
+	h.claim("c", at)
 	assert.True(t, h.mustGet(gateName, "c").ClaimDeadline.IsZero())
 	assert.Equal(t, []string{"refreshed:c", "claimed:c"}, kinds(h.eventsSince(mark)))
 	h.clock.Set(at.Add(cfg.ClaimTimeout + time.Second))

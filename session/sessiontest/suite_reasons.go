@@ -68,7 +68,7 @@ func testEventReasons(t *testing.T, open Opener) {
 	// active timeout is idle.
 	h.join(cfg, "w5")
 	h.join(cfg, "w6")
-	require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: "w3", LastActive: h.clock.Now(), Claim: true}}))
+	h.claim("w3", h.clock.Now())
 	h.clock.Advance(cfg.WaitingTimeout + time.Second)
 	h.seen("b", "w3", "w6")
 	mark = h.mark()

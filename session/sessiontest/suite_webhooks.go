@@ -201,7 +201,7 @@ func testOutbox(t *testing.T, open Opener) {
 
 	// A claim, a purge: claimed and purged rows (for "all" only).
 	at := h.clock.Advance(time.Second)
-	require.NoError(t, h.store.Touch(ctx, gateName, []session.Touch{{ID: "b", LastActive: at, Claim: true}}))
+	h.claim("b", at)
 	h.clock.Advance(WaitingTimeout + time.Minute)
 	h.seen("b")
 	h.update(cfg, 0) // c is gone

@@ -11,8 +11,8 @@ var _ session.LinkClaimer = (*Store)(nil)
 
 // ClaimLink claims the promoted slot of id in gate for a claim link, when
 // session.DecideClaimLink allows it (the link's deadline is the row's claim
-// deadline) on the row as the writer has it, as a Touch with Claim (the
-// same events), in one writer transaction. It returns the session as
+// deadline) on the row as the writer has it, as a Touch with that
+// ClaimDeadline (the same events), in one writer transaction. It returns the session as
 // stored afterwards.
 //
 // Errors: session.ErrNotActive (claimed already, gone, never promoted, or
@@ -34,7 +34,7 @@ func (s *Store) ClaimLink(ctx context.Context, gate, id string, deadline, now ti
 		if _, err := session.DecideClaimLink(existing, deadline, now); err != nil {
 			return err
 		}
-		t := &op{cfg: session.GateConfig{Name: gate}, touches: []session.Touch{{ID: id, LastActive: now, Claim: true}}}
+		t := &op{cfg: session.GateConfig{Name: gate}, touches: []session.Touch{{ID: id, LastActive: now, ClaimDeadline: deadline}}}
 		if err := s.applyTouch(b, t); err != nil {
 			return err
 		}

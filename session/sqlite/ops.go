@@ -325,7 +325,7 @@ func (s *Store) applyTouch(b *batch, o *op) error {
 	}
 	report := e.report
 	for _, t := range o.touches {
-		if t.LastActive.IsZero() && !t.Claim {
+		if t.LastActive.IsZero() && t.ClaimDeadline.IsZero() {
 			continue
 		}
 		existing, sl, err := s.find(e.name, t.ID)
