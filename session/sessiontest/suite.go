@@ -3,6 +3,7 @@ package sessiontest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -363,11 +364,20 @@ func requireSession(tb testing.TB, want, got session.Session, msgAndArgs ...any)
 
 func assertTime(tb testing.TB, want, got time.Time, msgAndArgs ...any) {
 	tb.Helper()
+	msg := fmt.Sprintf("time: want %v, got %v", want, got)
+	if len(msgAndArgs) > 0 {
+		// The caller's message, formatted as testify would alone.
+		if format, ok := msgAndArgs[0].(string); ok {
+			msg += ": " + fmt.Sprintf(format, msgAndArgs[1:]...)
+		} else {
+			msg += fmt.Sprint(": ", msgAndArgs)
+		}
+	}
 	if want.IsZero() || got.IsZero() {
-		assert.Equal(tb, want.IsZero(), got.IsZero(), append([]any{"zero time: want %v, got %v", want, got}, msgAndArgs...)...)
+		assert.Equal(tb, want.IsZero(), got.IsZero(), "zero "+msg)
 		return
 	}
-	assert.True(tb, want.Equal(got), append([]any{"time: want %v, got %v", want, got}, msgAndArgs...)...)
+	assert.True(tb, want.Equal(got), msg)
 }
 
 // kinds returns "kind:id" for each event, for readable comparisons.
