@@ -302,3 +302,38 @@ func TestClaimLinkRefusedNotLogged(t *testing.T) {
 		}
 	}
 }
+
+// A browser without script posts the claim page's form itself: a refusal
+// of that POST (the link used already, expired, from another site) is the
+// page too, under the same status; fetch() and API clients keep the JSON.
+func TestClaimPostRefusedIsAPageForBrowsers(t *testing.T) {
+	sc := notifySidecar(t)
+	deadline := promoteCalledBack(t, sc)
+	link := claimURL(t, sc, "default", "b", deadline)
+	status, body, _ := claimPost(t, noRedirects, link, "Origin", sc.URL, "Accept", acceptFirefox)
+	require.Equal(t, http.StatusSeeOther, status, body)
+
+	for _, tc := range []struct {
+		name, origin string
+		status       int
+		title, code  string
+	}{
+		{"used already", sc.URL, http.StatusConflict, "This link was used already", "already_claimed"},
+		{"posted from another site", "https://evil.example", http.StatusForbidden, "This link is not valid", "cross_origin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body, hdr := claimPost(t, noRedirects, link, "Origin", tc.origin, "Accept", acceptChrome)
+			body = pageOf(t, status, body, hdr, tc.status)
+			assert.Contains(t, body, `<h1 id="claim-title">`+tc.title+`</h1>`)
+			assert.NotContains(t, body, `"error"`)
+			ticket, err := url.Parse(link)
+			require.NoError(t, err)
+			assert.NotContains(t, body, ticket.Query().Get("ticket"), "the ticket is not on the page")
+
+			status, body, hdr = claimPost(t, noRedirects, link, "Origin", tc.origin)
+			assert.Equal(t, tc.status, status, body)
+			assert.Equal(t, "application/json", hdr.Get("Content-Type"))
+			assert.Contains(t, body, `"code":"`+tc.code+`"`)
+		})
+	}
+}

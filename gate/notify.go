@@ -35,9 +35,11 @@ func (s *Server) notifyRoutes(e *echo.Echo, b string, limited []echo.MiddlewareF
 	// A GET or HEAD (a scanner, a link preview, the person) only shows the
 	// page; the page's POST claims.
 	// A browser is told why a link is refused in a page (claimRefusedPage,
-	// outermost: a rate limit's refusal too), anyone else in JSON.
-	e.Match([]string{http.MethodGet, http.MethodHead}, b+ClaimPath, s.claimPage, append([]echo.MiddlewareFunc{s.claimRefusedPage}, limited...)...)
-	e.POST(b+ClaimPath, s.claimLink, limited...)
+	// outermost: a rate limit's refusal too), anyone else in JSON; so is a
+	// browser whose click posted the page's form without script.
+	refused := append([]echo.MiddlewareFunc{s.claimRefusedPage}, limited...)
+	e.Match([]string{http.MethodGet, http.MethodHead}, b+ClaimPath, s.claimPage, refused...)
+	e.POST(b+ClaimPath, s.claimLink, refused...)
 }
 
 // notifyRequest is the JSON body of POST {base}/api/notify.
@@ -141,8 +143,8 @@ func (s *Server) claimPage(c echo.Context) error {
 	return htmlPage(c, buf.Bytes())
 }
 
-// claimRefusedPage is the middleware of a claim link's GET and HEAD that
-// answers their errors to a browser (an Accept that prefers text/html,
+// claimRefusedPage is the middleware of a claim link's GET, HEAD and POST
+// that answers their errors to a browser (an Accept that prefers text/html,
 // prefersHTML) with the page of a claim link refused: the error's status
 // (wire.Status of its code, as the JSON would have), the sentence of why,
 // and a link to the waiting page or the link's next (a local path). Any
@@ -161,8 +163,8 @@ func (s *Server) claimRefusedPage(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// renderClaimRefused answers err, the error of a claim link's GET or
-// HEAD, as the page of a claim link refused, under the status of err's
+// renderClaimRefused answers err, the error of a claim link's GET, HEAD
+// or POST, as the page of a claim link refused, under the status of err's
 // code, not cached, with the pages' CSP and no Referer (the link's URL
 // holds the ticket). The page never repeats the ticket: not in its text,
 // nor in its link, which is the link's next only when that is a local
