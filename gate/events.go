@@ -18,11 +18,12 @@ import (
 // events answers GET {base}/api/events?gate=[&positions=0] (see
 // wire.PositionsParam). It reads memory only, never the store, and the
 // snippet's answer (positions=0) costs the same whatever the size of the
-// line: the route is outside the per-IP limit of the client API, like
-// /check, because at an event's start every visitor behind one address
-// (a NAT, a proxy) asks for it at once. The full answer, which carries a
-// started event's whole pre-queue and so grows with the line, still
-// spends from that limit.
+// line and the number of events: it is encoded once per change of the
+// gate's published events (events_answer.go). The route is outside the
+// per-IP limit of the client API, like /check, because at an event's start
+// every visitor behind one address (a NAT, a proxy) asks for it at once.
+// The full answer, which carries a started event's whole pre-queue and so
+// grows with the line, is encoded per request and spends from that limit.
 func (s *Server) events(c echo.Context) error {
 	full := c.QueryParam(wire.PositionsParam) != "0"
 	if full {
@@ -30,24 +31,22 @@ func (s *Server) events(c echo.Context) error {
 			return err
 		}
 	}
-	gate := s.gateOf(c.Request(), "")
-	evs, err := s.opts.Waitlist.Events(gate)
+	gate := c.QueryParam("gate") // gateOf's first choice, from the query echo parsed already
+	if gate == "" {
+		gate = s.gateOf(c.Request(), "")
+	}
+	now := s.opts.Waitlist.Now()
+	view, err := s.opts.Waitlist.PublishedEvents(gate, now)
 	if err != nil {
+		s.eventsAnswers.forget(gate)
 		return err
 	}
-	v := wire.EventsView{Gate: gate, Now: s.opts.Waitlist.Now().UTC(), Events: make([]wire.EventView, 0, len(evs))}
-	for _, ev := range evs {
-		// The positions are never written once stored (Events copies the
-		// events, not their positions): encoded as they are, never copied.
-		positions := ev.Positions
-		ev.Positions = nil
-		e := wire.NewEventView(ev, v.Now)
-		if full && ev.Phase == session.EventStarted { // as NewEventView publishes them
-			e.Positions = positions
+	if !full {
+		if ok, err := s.eventsAnswers.write(c, gate, view, now); ok {
+			return err
 		}
-		v.Events = append(v.Events, e)
 	}
-	return c.JSON(http.StatusOK, v)
+	return c.JSON(http.StatusOK, publicEvents(gate, view, now, full))
 }
 
 func eventsView(gate string, evs []session.ScheduledEvent, now time.Time) wire.EventsView {

@@ -69,6 +69,55 @@ func startedLottery(t testing.TB, n int, rl gate.RateLimitOptions) *gatetest.Sid
 	return sc
 }
 
+// scheduleEvents gives gate n events (at most session.MaxEventsPerGate
+// with the ones it has) in every phase and kind, on the sidecar's fake
+// clock: ten minutes apart from the clock's time on, each with a
+// five-minute pre-queue; every third ends a minute after its start, every
+// other one is a lottery, some override the limit or the pacing. The first
+// half is taken through its start (two sessions join each pre-queue), the
+// next one is left with its pre-queue open and the rest scheduled; the
+// clock is left at that pre-queue's opening, past the ends of the ended
+// ones. It returns the events' start times.
+func scheduleEvents(t testing.TB, sc *gatetest.Sidecar, gate string, n int) []time.Time {
+	t.Helper()
+	ctx := context.Background()
+	w := sc.Waitlist
+	from := sc.Clock.Now().Add(time.Minute)
+	starts := make([]time.Time, n)
+	for i := range n {
+		limit, pace := int64(i+1), int64(60*(i+1))
+		ev := session.ScheduledEvent{Gate: gate, ID: fmt.Sprintf("ev-%02d", i),
+			PrequeueAt: from.Add(time.Duration(i) * 10 * time.Minute), Shuffle: i%2 == 0}
+		ev.StartsAt = ev.PrequeueAt.Add(5 * time.Minute)
+		if i%3 == 0 {
+			ev.EndsAt = ev.StartsAt.Add(time.Minute)
+		}
+		if i%4 == 0 {
+			ev.ActiveLimit = &limit
+		}
+		if i%5 == 0 {
+			ev.NewUsersPerMinute = &pace
+		}
+		_, err := w.AddEvent(ctx, ev)
+		require.NoError(t, err)
+		starts[i] = ev.StartsAt
+	}
+	for i := range n/2 + 1 {
+		sc.Clock.Set(starts[i].Add(-5 * time.Minute))
+		require.NoError(t, w.Sweep(ctx))
+		if i == n/2 {
+			break
+		}
+		for k := range 2 {
+			_, err := w.Join(ctx, gate, fmt.Sprintf("%s-%02d-%d", gate, i, k))
+			require.NoError(t, err)
+		}
+		sc.Clock.Set(starts[i])
+		require.NoError(t, w.Sweep(ctx))
+	}
+	return starts
+}
+
 // TestEventsAreNotRateLimitedPerAddress: at an event's start every visitor
 // behind one NAT asks for GET /api/events?positions=0 at once. That answer
 // is read from memory, so it is outside the per-IP limit of the client API
@@ -190,25 +239,55 @@ func TestEventsAnswerNeverTouchesTheStoreAndDoesNotGrowWithTheLine(t *testing.T)
 	}
 }
 
+// discardWriter is the ResponseWriter of BenchmarkEvents: a fresh header
+// map per answer, as net/http's, and the body counted, not kept (a
+// recorder's buffer, grown per answer, would be most of the cost of a
+// large answer, and a connection writes the same bytes whatever made
+// them).
+type discardWriter struct {
+	header http.Header
+	code   int
+	n      int
+}
+
+func (w *discardWriter) Header() http.Header { return w.header }
+
+func (w *discardWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *discardWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.n += len(b)
+	return len(b), nil
+}
+
 // BenchmarkEvents measures GET /api/events after a draw of 20,000: the
 // snippet's answer (positions=0) beside /healthz in the same run, and the
-// full answer, which carries the pre-queue.
+// full answer, which carries the pre-queue; and the snippet's answer for a
+// gate with the most events a gate keeps, in every phase
+// (events-64-positions=0).
 func BenchmarkEvents(b *testing.B) {
 	sc := startedLottery(b, 20000, gate.RateLimitOptions{})
-	run := func(b *testing.B, path string) {
+	many := gatetest.StartSidecar(b, gatetest.Options{Gates: []session.GateConfig{gatetest.Gate("default", 1)}})
+	scheduleEvents(b, many, "default", session.MaxEventsPerGate)
+	run := func(b *testing.B, sc *gatetest.Sidecar, path string) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			req := httptest.NewRequest(http.MethodGet, path, nil)
 			for pb.Next() {
-				w := httptest.NewRecorder()
+				w := &discardWriter{header: http.Header{}}
 				sc.Handler.ServeHTTP(w, req)
-				if w.Code != http.StatusOK {
-					b.Fatalf("%s: %d %s", path, w.Code, w.Body)
+				if w.code != http.StatusOK || w.n == 0 {
+					b.Fatalf("%s: %d, %d bytes", path, w.code, w.n)
 				}
 			}
 		})
 	}
-	b.Run("healthz", func(b *testing.B) { run(b, "/healthz") })
-	b.Run("events-positions=0", func(b *testing.B) { run(b, base+"/api/events?positions=0&gate=default") })
-	b.Run("events-full", func(b *testing.B) { run(b, base+"/api/events?gate=default") })
+	b.Run("healthz", func(b *testing.B) { run(b, sc, "/healthz") })
+	b.Run("events-positions=0", func(b *testing.B) { run(b, sc, base+"/api/events?positions=0&gate=default") })
+	b.Run("events-64-positions=0", func(b *testing.B) { run(b, many, base+"/api/events?positions=0&gate=default") })
+	b.Run("events-full", func(b *testing.B) { run(b, sc, base+"/api/events?gate=default") })
 }

@@ -128,6 +128,9 @@ type Server struct {
 	adminToken *[sha256.Size]byte
 	// feed is the dashboard's live feed (adminfeed.go); nil when off.
 	feed *adminFeed
+	// eventsAnswers caches the snippet's answer to GET /api/events
+	// (events_answer.go).
+	eventsAnswers eventsAnswers
 }
 
 // New builds the Server and its routes. It returns an error when a required

@@ -132,6 +132,27 @@ func (e ScheduledEvent) PhaseAt(now time.Time) EventPhase {
 	return e.Phase
 }
 
+// PhaseSpan returns the span of time [from, until) around now over which
+// the PhaseAt of every one of events is what it is at now: the phases
+// change with time only at the EndsAt of a started event (it reads as
+// ended from then on), every other change is a change of the events
+// themselves. A zero from or until leaves that side open.
+func PhaseSpan(events []ScheduledEvent, now time.Time) (from, until time.Time) {
+	for i := range events {
+		e := &events[i]
+		switch {
+		case e.Phase != EventStarted || e.EndsAt.IsZero():
+		case !now.Before(e.EndsAt): // ended at or before now
+			if from.IsZero() || e.EndsAt.After(from) {
+				from = e.EndsAt
+			}
+		case until.IsZero() || e.EndsAt.Before(until):
+			until = e.EndsAt
+		}
+	}
+	return from, until
+}
+
 // Validate returns an ErrInvalidArgument error naming the first field of
 // the schedule that is out of range (times relative to each other; see
 // ValidateNew for times relative to now).

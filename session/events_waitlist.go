@@ -20,13 +20,31 @@ const eventsReload = 2 * time.Second
 // eventMemory holds the events of every gate.
 type eventMemory struct {
 	mu       sync.Mutex // serialises writers of byGate
-	byGate   atomic.Pointer[map[string][]ScheduledEvent]
+	byGate   atomic.Pointer[map[string]*gateEvents]
 	loadedAt atomic.Int64 // unix nanoseconds of the last reload
 	stale    atomic.Bool  // another instance started an event: reload
 }
 
+// gateEvents is a gate's events as one change left them. Never written
+// once stored but for published: a change of the gate's events stores a
+// new one.
+type gateEvents struct {
+	list []ScheduledEvent // sorted by start
+	// published is list as published over the span of time last asked
+	// for (Waitlist.PublishedEvents).
+	published atomic.Pointer[PublishedEvents]
+}
+
 // of returns the gate's events (never written: copy before changing).
 func (m *eventMemory) of(gate string) []ScheduledEvent {
+	if ge := m.entry(gate); ge != nil {
+		return ge.list
+	}
+	return nil
+}
+
+// entry returns the gate's events as last changed, nil without events.
+func (m *eventMemory) entry(gate string) *gateEvents {
 	p := m.byGate.Load()
 	if p == nil {
 		return nil
@@ -43,7 +61,7 @@ func (m *eventMemory) set(gate string, evs []ScheduledEvent) {
 
 func (m *eventMemory) setLocked(gate string, evs []ScheduledEvent) {
 	old := m.byGate.Load()
-	next := make(map[string][]ScheduledEvent)
+	next := make(map[string]*gateEvents)
 	if old != nil {
 		for k, v := range *old {
 			next[k] = v
@@ -53,7 +71,7 @@ func (m *eventMemory) setLocked(gate string, evs []ScheduledEvent) {
 		delete(next, gate)
 	} else {
 		SortEvents(evs)
-		next[gate] = evs
+		next[gate] = &gateEvents{list: evs}
 	}
 	m.byGate.Store(&next)
 }
@@ -166,6 +184,50 @@ func (w *Waitlist) Events(gate string) ([]ScheduledEvent, error) {
 		return nil, err
 	}
 	return append([]ScheduledEvent(nil), w.ev.of(gate)...), nil
+}
+
+// PublishedEvents is a gate's events as GET /api/events publishes them
+// over a span of time: never written once returned, so that its identity
+// names what it holds (the HTTP layer caches its encoding by it).
+type PublishedEvents struct {
+	// Events are the gate's events, sorted by start (their positions
+	// included: they are published once an event started).
+	Events []ScheduledEvent
+	// From and Until bound the span [From, Until) over which every event's
+	// PhaseAt stays the same (PhaseSpan); a zero one leaves that side open.
+	From, Until time.Time
+}
+
+// Holds reports whether now falls in the span of p.
+func (p *PublishedEvents) Holds(now time.Time) bool {
+	return (p.From.IsZero() || !now.Before(p.From)) && (p.Until.IsZero() || now.Before(p.Until))
+}
+
+// noEvents is the PublishedEvents of every gate without events.
+var noEvents = &PublishedEvents{}
+
+// PublishedEvents returns the gate's events from memory as published at
+// now. Until the gate's events change, every call at an instant of its
+// span returns the same *PublishedEvents; a change, or an instant outside
+// that span, gives a new one. A gate without events gives one that holds
+// always. Errors: ErrUnknownGate.
+func (w *Waitlist) PublishedEvents(gate string, now time.Time) (*PublishedEvents, error) {
+	if _, err := w.gate(gate); err != nil {
+		return nil, err
+	}
+	ge := w.ev.entry(gate)
+	if ge == nil {
+		return noEvents, nil
+	}
+	if p := ge.published.Load(); p != nil && p.Holds(now) {
+		return p, nil
+	}
+	p := &PublishedEvents{Events: ge.list}
+	p.From, p.Until = PhaseSpan(ge.list, now)
+	// The last asked for stays: calls at instants on both sides of a
+	// boundary at once may swap it a few times, each a correct view.
+	ge.published.Store(p)
+	return p, nil
 }
 
 // AddEvent schedules a new event (ev.Gate names the gate) with a fresh

@@ -1,0 +1,158 @@
+package gate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/anteroomhq/anteroom/gate/wire"
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// The snippet's answer to GET {base}/api/events?positions=0 is outside the
+// per-IP limit, so it is encoded once per session.PublishedEvents (a new
+// one comes with every change of the gate's events, and when the clock
+// crosses a started event's end, which changes its phase), and each
+// request writes the cached bytes around the server's clock, the one
+// part of the answer that changes with every request. The bytes are what
+// c.JSON writes (encoding/json, a newline after, indented for ?pretty);
+// the full answer, limited, is still encoded per request.
+
+// echoIndent is the indentation of c.JSON under ?pretty (echo's
+// defaultIndent).
+const echoIndent = "  "
+
+// valueJSON is the Content-Type c.JSON sets, shared (see valueNoStore).
+var valueJSON = []string{echo.MIMEApplicationJSON}
+
+// aroundNow is an answer split around the value of its "now": head ends
+// with the member's name and colon, tail starts after the value.
+type aroundNow struct{ head, tail []byte }
+
+// eventsAnswer is the snippet's answer for one PublishedEvents of a gate,
+// compact and indented. Never written once built.
+type eventsAnswer struct {
+	// view is what it was encoded from; holding it keeps its address from
+	// being reused while the answer is cached.
+	view              *session.PublishedEvents
+	compact, indented aroundNow
+}
+
+// eventsAnswers caches the snippet's answer of each gate (by name, one
+// entry per gate the Waitlist knows): an entry serves while the gate's
+// PublishedEvents is the one it was encoded from. Requests that miss at
+// once (the first ones after a change) each encode, and the last stored
+// stays; an entry of an older view is replaced at the next request.
+type eventsAnswers struct {
+	byGate sync.Map // gate name → *eventsAnswer
+}
+
+// forget drops the gate's entry (the gate is unknown, maybe removed).
+func (a *eventsAnswers) forget(gate string) { a.byGate.Delete(gate) }
+
+// write answers c with the snippet's answer for view of gate at now (an
+// instant of view's span), encoding it when the cache holds another view.
+// ok is false, with nothing written, when the answer is one only c.JSON
+// writes (encoding/json refuses a time, or the answer is not laid out as
+// expected): the caller answers through c.JSON. err is the response
+// writer's.
+func (a *eventsAnswers) write(c echo.Context, gate string, view *session.PublishedEvents, now time.Time) (ok bool, err error) {
+	var ans *eventsAnswer
+	if e, found := a.byGate.Load(gate); found && e.(*eventsAnswer).view == view {
+		ans = e.(*eventsAnswer)
+	} else {
+		if ans, err = encodeEventsAnswer(gate, view, now); err != nil {
+			return false, nil
+		}
+		a.byGate.Store(gate, ans)
+	}
+	parts := ans.compact
+	if _, pretty := c.QueryParams()["pretty"]; pretty || c.Echo().Debug { // as c.JSON decides
+		parts = ans.indented
+	}
+	bp := joinBufs.Get().(*[]byte)
+	defer joinBufs.Put(bp)
+	b := append((*bp)[:0], parts.head...)
+	b = append(b, '"')
+	b, err = now.UTC().AppendText(b) // what Time.MarshalJSON writes between its quotes
+	if err != nil {
+		return false, nil
+	}
+	b = append(b, '"')
+	*bp = b
+	h := c.Response().Header()
+	h["Content-Type"] = valueJSON
+	h.Set(echo.HeaderContentLength, strconv.Itoa(len(b)+len(parts.tail)))
+	if err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b); err != nil {
+		return true, err
+	}
+	_, err = c.Response().Write(parts.tail)
+	return true, err
+}
+
+// encodeEventsAnswer encodes the snippet's answer for view of gate at now,
+// as c.JSON writes it (json.Encoder: encoding/json's bytes and a newline,
+// indented by json.Indent), split around the value of "now". Errors:
+// encoding/json's, wrapped, or one saying the answer does not start with
+// the gate and the time.
+func encodeEventsAnswer(gate string, view *session.PublishedEvents, now time.Time) (*eventsAnswer, error) {
+	compact, err := json.Marshal(publicEvents(gate, view, now, false))
+	if err != nil {
+		return nil, fmt.Errorf("gate: encoding the events of gate %q: %w", gate, err)
+	}
+	compact = append(compact, '\n')
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, compact, "", echoIndent); err != nil {
+		return nil, fmt.Errorf("gate: indenting the events of gate %q: %w", gate, err)
+	}
+	gateJSON, err := json.Marshal(gate)
+	if err != nil {
+		return nil, fmt.Errorf("gate: encoding the gate name %q: %w", gate, err)
+	}
+	nowJSON, err := now.UTC().MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("gate: encoding the time of the events of gate %q: %w", gate, err)
+	}
+	ans := &eventsAnswer{view: view}
+	if ans.compact, err = splitAtNow(compact, `{"gate":`+string(gateJSON)+`,"now":`, nowJSON); err != nil {
+		return nil, err
+	}
+	if ans.indented, err = splitAtNow(indented.Bytes(), "{\n"+echoIndent+`"gate": `+string(gateJSON)+",\n"+echoIndent+`"now": `, nowJSON); err != nil {
+		return nil, err
+	}
+	return ans, nil
+}
+
+// splitAtNow splits answer into what precedes the value of "now" (head)
+// and what follows it. Errors: one naming what the answer does not start
+// with.
+func splitAtNow(answer []byte, head string, now []byte) (aroundNow, error) {
+	if !bytes.HasPrefix(answer, []byte(head)) || !bytes.HasPrefix(answer[len(head):], now) {
+		return aroundNow{}, fmt.Errorf("gate: the events answer does not start with %q and the time %s", head, now)
+	}
+	return aroundNow{head: answer[:len(head):len(head)], tail: answer[len(head)+len(now):]}, nil
+}
+
+// publicEvents is the answer for view of gate at now; full carries each
+// started event's positions (the whole pre-queue).
+func publicEvents(gate string, view *session.PublishedEvents, now time.Time, full bool) wire.EventsView {
+	v := wire.EventsView{Gate: gate, Now: now.UTC(), Events: make([]wire.EventView, 0, len(view.Events))}
+	for _, ev := range view.Events {
+		// The positions are never written once stored: encoded as they
+		// are, never copied (ev is a copy of the event, not of them).
+		positions := ev.Positions
+		ev.Positions = nil
+		e := wire.NewEventView(ev, v.Now)
+		if full && ev.Phase == session.EventStarted { // as NewEventView publishes them
+			e.Positions = positions
+		}
+		v.Events = append(v.Events, e)
+	}
+	return v
+}
