@@ -44,7 +44,11 @@ import (
 // the end, flushed them all on the writer's path: after an Update at 5M
 // sessions that stalled every join for 50-150 ms. So every background pass
 // that copied pages syncs the database itself (sync, off the writer), and
-// the writer's checkpoint flushes only its residue.
+// the writer's checkpoint flushes only its residue. While an Update runs,
+// a pass leaves that sync to the first pass after it (unsynced), whose
+// fsyncs would hold a CPU from the joins the update yields to; meanwhile
+// the writer does not restart the WAL at a quiet moment, which would flush
+// what the passes left.
 const (
 	ckptFrames     = 1000
 	residualFrames = 256
@@ -82,6 +86,9 @@ type checkpointer struct {
 	// sync makes durable what a background pass copied (see above).
 	sync func() error
 
+	// unsynced is set while pages a pass copied during an Update wait for
+	// the sync of the first pass after it.
+	unsynced atomic.Bool
 	// written counts the frames the writer appended to the WAL since Open.
 	written atomic.Int64
 	// nudged is written when the writer last nudged (writer only).
@@ -204,16 +211,20 @@ func (k *checkpointer) run() {
 	}
 }
 
-// pass runs one PASSIVE checkpoint, then syncs the database when it copied
-// pages, and returns the writer's frame count when it started.
+// pass runs one PASSIVE checkpoint, then syncs the database when it or a
+// pass during an Update copied pages (unless an Update runs), and returns
+// the writer's frame count when it started.
 func (k *checkpointer) pass() int64 {
 	w := k.written.Load()
 	before := k.reading.Load().done
 	k.mu.Lock()
 	_, log, done, err := checkpoint(&k.args, k.st.passive)
 	k.mu.Unlock()
-	if err == nil && done > before {
-		if err = k.sync(); err == nil {
+	if err == nil && (done > before || k.unsynced.Load()) {
+		if k.paused() {
+			k.unsynced.Store(true)
+		} else if err = k.sync(); err == nil {
+			k.unsynced.Store(false)
 			k.stats.synced.Add(1)
 		}
 	}
@@ -267,7 +278,7 @@ func (k *checkpointer) committed(w *wconn, frames int64, quiet bool) {
 		return
 	case wal >= 2*k.highFrames:
 		k.mu.Lock()
-	case wal >= k.highFrames || quiet && residual <= residualFrames:
+	case wal >= k.highFrames || quiet && residual <= residualFrames && !k.unsynced.Load():
 		// While a background pass runs, let it finish: it shortens this one.
 		if !k.mu.TryLock() {
 			return

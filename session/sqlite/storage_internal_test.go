@@ -375,3 +375,47 @@ func TestBackgroundPassSyncsWhatItCopied(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "a later pass synced")
 	assert.Positive(t, s.Stats().CheckpointSyncs)
 }
+
+// While an Update runs, a pass that copies pages leaves their sync to the
+// first pass after it (its fsyncs would hold a CPU from the joins the
+// update yields to), and the writer restarts no WAL meanwhile (that
+// checkpoint would flush what the passes left, on the writer's path).
+func TestPassDuringAnUpdateSyncsAfterIt(t *testing.T) {
+	defer func(i time.Duration, r, h int64) { ckptInterval, restartBytes, highBytes = i, r, h }(ckptInterval, restartBytes, highBytes)
+	ckptInterval, restartBytes, highBytes = 5*time.Millisecond, 64<<10, 64<<20
+	var syncs atomic.Int64
+	testHookSyncCopied = func() error { syncs.Add(1); return nil }
+	defer func() { testHookSyncCopied = nil }()
+	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer s.Close()
+	cfg := sessiontest.GateConfig("default", 10)
+	ctx := context.Background()
+	n := 0
+	write := func() {
+		for range 50 {
+			n++
+			_, err := s.Join(ctx, cfg, "s"+strconv.Itoa(n)+"-padding-to-spread-the-rows", epoch)
+			require.NoError(t, err)
+		}
+	}
+
+	s.updating.Add(1) // as Update does while it runs
+	require.Eventually(t, func() bool {
+		write()
+		return s.ck.unsynced.Load()
+	}, 10*time.Second, 10*time.Millisecond, "a pass during the update copied pages")
+	write()
+	assert.Zero(t, syncs.Load(), "no sync while the update runs")
+	assert.Zero(t, s.Stats().WriterCheckpoints, "no restart while copied pages wait for their sync")
+	assert.Positive(t, s.Stats().Checkpoints)
+
+	s.updating.Add(-1)
+	s.ck.kick() // as Update does when it ends
+	require.Eventually(t, func() bool { return !s.ck.unsynced.Load() }, 10*time.Second, time.Millisecond, "the pass after the update synced")
+	assert.Positive(t, syncs.Load())
+	require.Eventually(t, func() bool {
+		write()
+		return s.Stats().WriterCheckpoints > 0
+	}, 10*time.Second, 10*time.Millisecond, "then the writer restarts the WAL again")
+}
