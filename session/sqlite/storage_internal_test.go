@@ -346,20 +346,9 @@ func TestBackgroundPassSyncsWhatItCopied(t *testing.T) {
 		}
 		return nil
 	}
-	defer func() { testHookSyncCopied = nil }()
-	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	defer s.Close()
-	cfg := sessiontest.GateConfig("default", 10)
+	t.Cleanup(func() { testHookSyncCopied = nil }) // after the store's Close
+	s, write := openWriting(t)
 	ctx := context.Background()
-	n := 0
-	write := func() {
-		for range 20 {
-			n++
-			_, err := s.Join(ctx, cfg, "s"+strconv.Itoa(n), epoch)
-			require.NoError(t, err)
-		}
-	}
 	require.Eventually(t, func() bool {
 		write()
 		return s.Ready(ctx) != nil
@@ -385,20 +374,8 @@ func TestPassDuringAnUpdateSyncsAfterIt(t *testing.T) {
 	ckptInterval, restartBytes, highBytes = 5*time.Millisecond, 64<<10, 64<<20
 	var syncs atomic.Int64
 	testHookSyncCopied = func() error { syncs.Add(1); return nil }
-	defer func() { testHookSyncCopied = nil }()
-	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	defer s.Close()
-	cfg := sessiontest.GateConfig("default", 10)
-	ctx := context.Background()
-	n := 0
-	write := func() {
-		for range 50 {
-			n++
-			_, err := s.Join(ctx, cfg, "s"+strconv.Itoa(n)+"-padding-to-spread-the-rows", epoch)
-			require.NoError(t, err)
-		}
-	}
+	t.Cleanup(func() { testHookSyncCopied = nil }) // after the store's Close
+	s, write := openWriting(t)
 
 	s.updating.Add(1) // as Update does while it runs
 	require.Eventually(t, func() bool {
@@ -418,4 +395,22 @@ func TestPassDuringAnUpdateSyncsAfterIt(t *testing.T) {
 		write()
 		return s.Stats().WriterCheckpoints > 0
 	}, 10*time.Second, 10*time.Millisecond, "then the writer restarts the WAL again")
+}
+
+// openWriting opens a store in a temporary directory, closed at the end of
+// the test, and returns it with a function that commits 50 more joins.
+func openWriting(t *testing.T) (*Store, func()) {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	cfg := sessiontest.GateConfig("default", 10)
+	n := 0
+	return s, func() {
+		for range 50 {
+			n++
+			_, err := s.Join(context.Background(), cfg, "s"+strconv.Itoa(n)+"-padding-to-spread-the-rows", epoch)
+			require.NoError(t, err)
+		}
+	}
 }
