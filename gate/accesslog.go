@@ -61,7 +61,7 @@ func (s *Server) accessLog(key []byte) (echo.MiddlewareFunc, error) {
 			id, _ := c.Get(ctxLogSession).(string)
 			if p := r.URL.Path; p == base || strings.HasPrefix(p, base+"/") {
 				if gate == "" {
-					gate = s.gateOf(r, "")
+					gate = s.gateOf(c, "")
 				}
 				if id == "" {
 					id, _ = s.sessionID(r)

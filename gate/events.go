@@ -31,10 +31,7 @@ func (s *Server) events(c echo.Context) error {
 			return err
 		}
 	}
-	gate := c.QueryParam("gate") // gateOf's first choice, from the query echo parsed already
-	if gate == "" {
-		gate = s.gateOf(c.Request(), "")
-	}
+	gate := s.gateOf(c, "")
 	now := s.opts.Waitlist.Now()
 	view, err := s.opts.Waitlist.PublishedEvents(gate, now)
 	if err != nil {

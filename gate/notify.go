@@ -71,7 +71,7 @@ func (s *Server) notify(c echo.Context) error {
 	if !session.ValidID(req.SessionID) {
 		return apiError(session.CodeInvalidArgument, "sessionId: want 1-128 printable ASCII characters without spaces or '.'")
 	}
-	gate := s.gateOf(r, req.Gate)
+	gate := s.gateOf(c, req.Gate)
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (s *Server) verifyClaimTicket(c echo.Context, gate, t string) (string, time
 func (s *Server) claimPage(c echo.Context) error {
 	r := c.Request()
 	c.Response().Header()["Referrer-Policy"] = valueNoReferrer
-	gate := s.gateOf(r, "")
+	gate := s.gateOf(c, "")
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (s *Server) claimRefusedPage(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) renderClaimRefused(c echo.Context, err error) error {
 	r := c.Request()
 	d := errorDetail(err)
-	gate := s.gateOf(r, "")
+	gate := s.gateOf(c, "")
 	if _, gerr := s.opts.Waitlist.GateConfig(gate); gerr != nil {
 		gate = s.opts.DefaultGate // not whatever the link named
 	}
@@ -249,7 +249,7 @@ func (s *Server) claimLink(c echo.Context) error {
 	if err != nil {
 		return apiError(session.CodeInvalidArgument, "the claim's body must be a form: ticket=...&next=...")
 	}
-	gate := s.gateOf(r, "")
+	gate := s.gateOf(c, "")
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func (s *Server) snippet(c echo.Context) error {
 // existing sessions, which keep their place.
 func (s *Server) waitingPage(c echo.Context) error {
 	r := c.Request()
-	gate := s.gateOf(r, "")
+	gate := s.gateOf(c, "")
 	cfg, err := s.opts.Waitlist.GateConfig(gate)
 	if err != nil {
 		return err

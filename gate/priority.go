@@ -204,7 +204,7 @@ func (s *Server) issueCode(c echo.Context) error {
 	if req.Code != "" {
 		return apiError(session.CodeInvalidArgument, "code: issued codes are generated; choose one through the admin API")
 	}
-	gate := s.gateOf(r, req.Gate)
+	gate := s.gateOf(c, req.Gate)
 	return s.createCode(c, gate, req)
 }
 

@@ -304,9 +304,12 @@ func (s *Server) sessionID(r *http.Request) (string, bool) {
 
 // gateOf names the request's gate: ?gate=, then the X-Anteroom-Gate header,
 // then fromBody, then the default.
-func (s *Server) gateOf(r *http.Request, fromBody string) string {
+func (s *Server) gateOf(c echo.Context, fromBody string) string {
+	r := c.Request()
 	if r.URL.RawQuery != "" {
-		if g := r.URL.Query().Get("gate"); g != "" {
+		// echo parses the query once per request (and a request without
+		// one is never parsed).
+		if g := c.QueryParam("gate"); g != "" {
 			return g
 		}
 	}
@@ -430,7 +433,7 @@ func (s *Server) join(c echo.Context) error {
 	if err := s.readJoinRequest(r, &req, `JSON such as {"gate":"default"}`); err != nil {
 		return err
 	}
-	gate := s.gateOf(r, req.Gate)
+	gate := s.gateOf(c, req.Gate)
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
@@ -524,7 +527,7 @@ func (s *Server) leaveOrRelease(c echo.Context, purpose string, op func(ctx cont
 	}
 	var req joinRequest
 	_ = json.Unmarshal(body, &req) // any body is accepted: beacons send what they send
-	gate := s.gateOf(r, req.Gate)
+	gate := s.gateOf(c, req.Gate)
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
@@ -559,7 +562,7 @@ func (s *Server) release(c echo.Context) error {
 
 func (s *Server) status(c echo.Context) error {
 	r := c.Request()
-	gate := s.gateOf(r, "")
+	gate := s.gateOf(c, "")
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
@@ -588,7 +591,7 @@ func (s *Server) status(c echo.Context) error {
 }
 
 func (s *Server) global(c echo.Context) error {
-	view, err := s.opts.Waitlist.Global(s.gateOf(c.Request(), ""))
+	view, err := s.opts.Waitlist.Global(s.gateOf(c, ""))
 	if err != nil {
 		return err
 	}
@@ -599,7 +602,7 @@ func (s *Server) global(c echo.Context) error {
 // its last activity), 401 without a valid session, 403 while waiting.
 func (s *Server) check(c echo.Context) error {
 	r := c.Request()
-	gate := s.gateOf(r, "")
+	gate := s.gateOf(c, "")
 	id, ok := s.sessionID(r)
 	if !ok {
 		if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
@@ -648,7 +651,7 @@ func (s *Server) setRetryAfter(c echo.Context, v session.SessionView) {
 
 func (s *Server) socket(c echo.Context) error {
 	r := c.Request()
-	gate := s.gateOf(r, "")
+	gate := s.gateOf(c, "")
 	global, err := s.opts.Waitlist.Global(gate)
 	if err != nil {
 		return err

@@ -43,7 +43,7 @@ func (s *Server) ticket(c echo.Context) error {
 	if req.Purpose != token.PurposeWS && req.Purpose != token.PurposeLeave {
 		return apiError(session.CodeInvalidArgument, "purpose: want \"ws\" or \"leave\"")
 	}
-	gate := s.gateOf(r, req.Gate)
+	gate := s.gateOf(c, req.Gate)
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
