@@ -272,6 +272,11 @@ func TestClaimLinkRefusedRateLimited(t *testing.T) {
 	assert.Contains(t, body, "Reload this page in a moment")
 	assert.NotContains(t, body, "href=")
 	assert.NotContains(t, body, l.ticket)
+	// The form posted without script: a reload would post it again.
+	status, body, hdr = claimPost(t, noRedirects, l.url, "Origin", sc.URL, "Accept", acceptChrome)
+	body = pageOf(t, status, body, hdr, http.StatusTooManyRequests)
+	assert.Contains(t, body, "Go back and press the button again in a moment")
+	assert.NotContains(t, body, "Reload")
 	status, body, hdr = send(t, noRedirects, "GET", l.url, "", "Accept", "*/*")
 	assert.Equal(t, http.StatusTooManyRequests, status)
 	assert.Equal(t, `{"error":{"code":"rate_limited","message":"too many requests from this address: slow down"}}`+"\n", body)

@@ -186,7 +186,7 @@ func (s *Server) renderClaimRefused(c echo.Context, err error) error {
 		next = ""
 	}
 	data := static.ClaimRefusedPageData{BasePath: s.opts.BasePath, Gate: gate, Next: next,
-		Reason: claimRefusal(err, d.Code), Nonce: contentSecurityPolicy(c)}
+		Reason: claimRefusal(err, d.Code), Posted: r.Method == http.MethodPost, Nonce: contentSecurityPolicy(c)}
 	var buf bytes.Buffer
 	if err := static.RenderClaimRefusedPage(&buf, data); err != nil {
 		return err

@@ -87,6 +87,10 @@ type ClaimRefusedPageData struct {
 	// ClaimInvalid. ClaimBusy shows no button: the link itself, reloaded,
 	// is the way on.
 	Reason ClaimRefusal
+	// Posted says the page answers the claim page's form, posted: the busy
+	// page then says to go back and press the button again, since a reload
+	// would post the form again behind a browser's warning.
+	Posted bool
 	// Nonce: as WaitingPageData.Nonce.
 	Nonce string
 }

@@ -120,3 +120,19 @@ func TestRenderClaimRefusedPageEscapes(t *testing.T) {
 	}
 	require.EqualError(t, static.RenderClaimRefusedPage(failingWriter{}, static.ClaimRefusedPageData{}), "boom")
 }
+
+// The busy page of the claim page's posted form says to go back and press
+// its button again: a reload would post the form again, behind a warning.
+func TestRenderClaimRefusedPagePosted(t *testing.T) {
+	for _, tc := range []struct {
+		posted      bool
+		advice, not string
+	}{
+		{false, "Reload this page in a moment.", "Go back"},
+		{true, "Go back and press the button again in a moment.", "Reload"},
+	} {
+		html := renderRefused(t, static.ClaimRefusedPageData{BasePath: "/anteroom", Gate: "g", Reason: static.ClaimBusy, Posted: tc.posted, Nonce: "n"})
+		assert.Contains(t, html, `<p id="claim-advice">`+tc.advice+`</p>`)
+		assert.NotContains(t, html, tc.not)
+	}
+}
