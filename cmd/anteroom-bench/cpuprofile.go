@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"runtime/trace"
@@ -12,21 +13,7 @@ import (
 // nothing. It returns the error of creating the file or of starting the
 // profile (one is running already).
 func startCPUProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		_ = f.Close()
-	}, nil
+	return startRecording("cpu profile", path, pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
 // startTrace starts writing an execution trace (runtime/trace) to
@@ -34,19 +21,30 @@ func startCPUProfile(path string) (stop func(), err error) {
 // and closes the file. An empty path traces nothing. It returns the error of
 // creating the file or of starting the trace (one is running already).
 func startTrace(path, name string) (stop func(), err error) {
+	if path != "" {
+		path += "." + name
+	}
+	return startRecording("trace", path, trace.Start, trace.Stop)
+}
+
+// startRecording creates the file at path and starts a runtime recording
+// (what) into it; the returned function stops it and closes the file. An
+// empty path records nothing. Errors: the file's creation or start's,
+// wrapped with what.
+func startRecording(what, path string, start func(io.Writer) error, stopRec func()) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(path + "." + name)
+	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("trace: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := trace.Start(f); err != nil {
+	if err := start(f); err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("trace: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return func() {
-		trace.Stop()
+		stopRec()
 		_ = f.Close()
 	}, nil
 }
