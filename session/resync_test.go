@@ -176,22 +176,37 @@ func (s *touchStore) Touch(_ context.Context, _ string, ts []session.Touch) erro
 	return nil
 }
 
-// A promotion delivered a second time (a follower's catch-up after a
-// replay, say) does not undo the claim memory made of it: the slot is
-// claimed once, and no second claim is sent.
-func TestPromotionSeenTwiceKeepsItsClaim(t *testing.T) {
-	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+// claimWaitlist is a Waitlist of gate "g" with a claim window, on a store
+// that records the touches it is sent: "a" active, "b" waiting at 2. It
+// returns the time the sessions were seen at.
+func claimWaitlist(t *testing.T) (*touchStore, *session.Waitlist, time.Time) {
+	t.Helper()
 	st := &touchStore{listenerStore: listenerStore{snap: session.GateSnapshot{
 		State: session.GateState{Counters: session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, FirstWaitingPosition: 2, LastWaitingPosition: 2},
 	}}}
 	cfg := session.GateConfig{Name: "g", ActiveLimit: 5, ActiveTimeout: time.Minute, WaitingTimeout: time.Minute, ClaimTimeout: time.Minute}
 	w, err := session.New(context.Background(), st, []session.GateConfig{cfg}, session.Options{TouchInterval: -1, SweepInterval: -1})
 	require.NoError(t, err)
-	defer w.Close()
+	t.Cleanup(func() { _ = w.Close() })
+	return st, w, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+}
+
+// promotedB is the commit of claimWaitlist's "b" promoted at at, unclaimed
+// until deadline.
+func promotedB(at, deadline time.Time) session.Commit {
 	b := activeSession("b", 2, at)
-	b.ClaimDeadline = at.Add(time.Minute)
-	promoted := session.Commit{Gates: map[string]session.GateState{"g": {Counters: session.Counters{NextPosition: 3, Active: 2}, FirstWaitingPosition: 3, LastWaitingPosition: 2}},
+	b.ClaimDeadline = deadline
+	return session.Commit{Gates: map[string]session.GateState{"g": {Counters: session.Counters{NextPosition: 3, Active: 2}, FirstWaitingPosition: 3, LastWaitingPosition: 2}},
 		Events: []session.Event{{Kind: session.EventPromoted, Session: b}}}
+}
+
+// A promotion delivered a second time (a follower's catch-up after a
+// replay, say) does not undo the claim memory made of it: the slot is
+// claimed once, and no second claim is sent.
+func TestPromotionSeenTwiceKeepsItsClaim(t *testing.T) {
+	st, w, at := claimWaitlist(t)
+	promoted := promotedB(at, at.Add(time.Minute))
+	b := promoted.Events[0].Session
 	st.listener(promoted)
 	require.NoError(t, w.ValidateSessionIsActive("g", "b"), "the person arrives: claimed")
 	require.NoError(t, w.FlushTouches(context.Background()))
@@ -212,20 +227,8 @@ func TestPromotionSeenTwiceKeepsItsClaim(t *testing.T) {
 // sent the claim of another promotion: memory clears only the claim it
 // sent, and the next flush names the promotion of the later claim.
 func TestClaimDuringFlushStaysPending(t *testing.T) {
-	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	st := &touchStore{listenerStore: listenerStore{snap: session.GateSnapshot{
-		State: session.GateState{Counters: session.Counters{NextPosition: 3, Active: 1, Waiting: 1}, FirstWaitingPosition: 2, LastWaitingPosition: 2},
-	}}}
-	cfg := session.GateConfig{Name: "g", ActiveLimit: 5, ActiveTimeout: time.Minute, WaitingTimeout: time.Minute, ClaimTimeout: time.Minute}
-	w, err := session.New(context.Background(), st, []session.GateConfig{cfg}, session.Options{TouchInterval: -1, SweepInterval: -1})
-	require.NoError(t, err)
-	defer w.Close()
-	promoted := func(deadline time.Time) session.Commit {
-		b := activeSession("b", 2, at)
-		b.ClaimDeadline = deadline
-		return session.Commit{Gates: map[string]session.GateState{"g": {Counters: session.Counters{NextPosition: 3, Active: 2}, FirstWaitingPosition: 3, LastWaitingPosition: 2}},
-			Events: []session.Event{{Kind: session.EventPromoted, Session: b}}}
-	}
+	st, w, at := claimWaitlist(t)
+	promoted := func(deadline time.Time) session.Commit { return promotedB(at, deadline) }
 	first, second := at.Add(time.Minute), at.Add(time.Minute+time.Millisecond)
 	st.listener(promoted(first))
 	require.NoError(t, w.ValidateSessionIsActive("g", "b"), "a sign of life claims the first promotion")
