@@ -107,10 +107,7 @@ func (l *lagStore) claimCalls() int { l.mu.Lock(); defer l.mu.Unlock(); return l
 func testClaimLinkMemoryBehind(t *testing.T, open Opener) {
 	h := newHarness(t, open)
 	cfg := notifyConfig(1)
-	lag := &lagStore{Store: h.store, h: h}
-	w, err := session.New(h.ctx, lag, []session.GateConfig{cfg}, session.Options{Clock: h.clock, TouchInterval: -1, SweepInterval: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = w.Close() })
+	lag, w := h.lagging(cfg)
 	claims := func(mark int) int {
 		n := 0
 		for _, ev := range h.eventsSince(mark) {
@@ -257,4 +254,15 @@ func assertDelivered(t *testing.T, lag *lagStore, deadline time.Time, msg string
 	got, ok := lag.delivered("b")
 	require.True(t, ok, msg)
 	require.True(t, got.Equal(deadline), "%s: memory holds the promotion of %v, want %v", msg, got, deadline)
+}
+
+// lagging is a Waitlist of gate cfg on the harness's store behind a
+// lagStore (closed at the end of the test), without background flushes.
+func (h *harness) lagging(cfg session.GateConfig) (*lagStore, *session.Waitlist) {
+	h.tb.Helper()
+	lag := &lagStore{Store: h.store, h: h}
+	w, err := session.New(h.ctx, lag, []session.GateConfig{cfg}, session.Options{Clock: h.clock, TouchInterval: -1, SweepInterval: -1})
+	require.NoError(h.tb, err)
+	h.tb.Cleanup(func() { _ = w.Close() })
+	return lag, w
 }

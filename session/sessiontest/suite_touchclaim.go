@@ -90,10 +90,7 @@ func testTouchClaimBoundToPromotion(t *testing.T, open Opener) {
 func testStaleClaimAfterPromotionAgain(t *testing.T, open Opener) {
 	h := newHarness(t, open)
 	cfg := claimConfig(1)
-	lag := &lagStore{Store: h.store, h: h}
-	w, err := session.New(h.ctx, lag, []session.GateConfig{cfg}, session.Options{Clock: h.clock, TouchInterval: -1, SweepInterval: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = w.Close() })
+	lag, w := h.lagging(cfg)
 
 	first := h.promoteAgain(cfg, "a", "b")
 	assertDelivered(t, lag, first.ClaimDeadline, "memory applied the first promotion")
