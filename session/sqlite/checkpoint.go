@@ -48,7 +48,8 @@ import (
 // a pass leaves that sync to the first pass after it (unsynced), whose
 // fsyncs would hold a CPU from the joins the update yields to; meanwhile
 // the writer does not restart the WAL at a quiet moment, which would flush
-// what the passes left.
+// what the passes left. Past 3/4 of highFrames a pass syncs anyway: the
+// writer's forced checkpoint at highFrames must not find the backlog.
 const (
 	ckptFrames     = 1000
 	residualFrames = 256
@@ -221,7 +222,7 @@ func (k *checkpointer) pass() int64 {
 	_, log, done, err := checkpoint(&k.args, k.st.passive)
 	k.mu.Unlock()
 	if err == nil && (done > before || k.unsynced.Load()) {
-		if k.paused() {
+		if frames, _ := k.wal(w); k.paused() && frames < k.highFrames*3/4 {
 			k.unsynced.Store(true)
 		} else if err = k.sync(); err == nil {
 			k.unsynced.Store(false)

@@ -414,3 +414,21 @@ func openWriting(t *testing.T) (*Store, func()) {
 		}
 	}
 }
+
+// A pass during an Update syncs anyway once the WAL is past 3/4 of its high
+// mark: the writer's forced checkpoint at the high mark would otherwise
+// flush everything the update's passes copied, on the writer's path.
+func TestPassDuringALongUpdateSyncsNearTheHighMark(t *testing.T) {
+	defer func(i time.Duration, r, h int64) { ckptInterval, restartBytes, highBytes = i, r, h }(ckptInterval, restartBytes, highBytes)
+	ckptInterval, restartBytes, highBytes = 5*time.Millisecond, 64<<10, 512<<10
+	var syncs atomic.Int64
+	testHookSyncCopied = func() error { syncs.Add(1); return nil }
+	t.Cleanup(func() { testHookSyncCopied = nil }) // after the store's Close
+	s, write := openWriting(t)
+	s.updating.Add(1) // as Update does while it runs
+	defer s.updating.Add(-1)
+	require.Eventually(t, func() bool {
+		write()
+		return syncs.Load() > 0
+	}, 10*time.Second, 10*time.Millisecond, "a pass synced while the update runs, the WAL past 3/4 of its high mark")
+}
