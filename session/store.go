@@ -51,9 +51,14 @@ type Store interface {
 	// Get returns the stored session, or ErrNotFound.
 	Get(ctx context.Context, gate, id string) (Session, error)
 
-	// Touch runs DecideTouch for each given session of a gate, waiting or
-	// active. Sessions that no longer exist are skipped. The caller bounds
-	// len(touches): the Waitlist sends at most Options.UpdateChunk per call.
+	// Touch persists coalesced signs of life of one gate's sessions, waiting
+	// or active: it runs DecideTouch on each one's row (which only moves
+	// last_active forward, and claims only the promotion a touch names).
+	// Sessions that no longer exist are skipped, which is not an error.
+	// The caller bounds len(touches): the Waitlist sends at most
+	// Options.UpdateChunk per call. Besides the errors every method returns
+	// (above), it returns ctx's error when ctx ends before the touches are
+	// taken up.
 	Touch(ctx context.Context, gate string, touches []Touch) error
 
 	// Purge deletes those of the named sessions that StaleReason calls stale
