@@ -148,12 +148,20 @@ func (s *Server) claimPage(c echo.Context) error {
 // prefersHTML) with the page of a claim link refused: the error's status
 // (wire.Status of its code, as the JSON would have), the sentence of why,
 // and a link to the waiting page or the link's next (a local path). Any
-// other client, and every answer but an error, is left as it is: the wire
-// contract's JSON errors stay byte for byte.
+// other client is left as it is: the wire contract's JSON errors stay byte
+// for byte. Since Accept chooses between the two forms of an error, every
+// error answer of the route says so with Vary: Accept, in either form, so
+// that no shared cache serves one client's form to the other. Whatever is
+// not an error (the claim page, the claim's redirect) is the same for every
+// Accept, and left as it is.
 func (s *Server) claimRefusedPage(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		err := next(c)
-		if err == nil || c.Response().Committed || !prefersHTML(c.Request().Header) {
+		if err == nil || c.Response().Committed {
+			return err
+		}
+		c.Response().Header().Add("Vary", "Accept")
+		if !prefersHTML(c.Request().Header) {
 			return err
 		}
 		if perr := s.renderClaimRefused(c, err); perr != nil {
