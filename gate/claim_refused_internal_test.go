@@ -3,6 +3,7 @@ package gate
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -41,6 +42,32 @@ func TestClaimRefusal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, claimRefusal(tc.err, errorDetail(tc.err).Code))
+		})
+	}
+}
+
+// The page of a refused claim link leads to the link's next only when it
+// is a local path of at most maxRefusedNext bytes without the ticket.
+func TestRefusedNext(t *testing.T) {
+	const ticket = "1700000000000000000.b.mac"
+	edge := "/" + strings.Repeat("a", maxRefusedNext-1)
+	for _, tc := range []struct {
+		name, ticket, next, want string
+	}{
+		{"a local path", ticket, "/welcome?x=1", "/welcome?x=1"},
+		{"no ticket to hide", "", "/welcome", "/welcome"},
+		{"the longest", ticket, edge, edge},
+		{"one byte longer", ticket, edge + "a", ""},
+		{"empty", ticket, "", ""},
+		{"relative", ticket, "welcome", ""},
+		{"protocol-relative", ticket, "//evil.example", ""},
+		{"backslash", ticket, `/\evil.example`, ""},
+		{"absolute", ticket, "https://evil.example/", ""},
+		{"a control character", ticket, "/\t/evil.example", ""},
+		{"the ticket", ticket, "/x?t=" + ticket, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, refusedNext(tc.ticket, tc.next))
 		})
 	}
 }

@@ -217,17 +217,37 @@ func TestClaimLinkRefusedHead(t *testing.T) {
 }
 
 // The page's link goes to the link's next only when it is a local path
-// (the same check as every next of the sidecar's), never off-site, and
-// never to a URL that holds the ticket; whatever it repeats is escaped.
+// (the same check as every next of the sidecar's) of at most 2 KiB, never
+// off-site, and never to a URL that holds the ticket; whatever it repeats
+// is escaped. One rule for the link's GET and for its form's POST (the
+// page posted without script), whose next is the form's. The JSON answer
+// does not depend on next: byte for byte, headers and all, the answer
+// without one.
 func TestClaimLinkRefusedNext(t *testing.T) {
 	sc := refusedSidecar(t, nil, nil)
 	l := refusedLinks(t, sc)[0] // expired
 	require.Equal(t, "expired", l.name)
 	waiting := `href="/anteroom/?gate=default"`
+	long := "/" + strings.Repeat("a", 2<<10-1)
+	methods := map[string]func(next string, header ...string) (int, string, http.Header){
+		"GET": func(next string, header ...string) (int, string, http.Header) {
+			link := l.url
+			if next != "" {
+				link = withNext(link, next)
+			}
+			return send(t, noRedirects, "GET", link, "", header...)
+		},
+		"POST": func(next string, header ...string) (int, string, http.Header) {
+			return postClaim(t, sc, "default", ticketForm(l.ticket, next), append([]string{"Origin", sc.URL}, header...)...)
+		},
+	}
 	for _, tc := range []struct {
 		name, next, href string
 	}{
 		{"a local path", "/welcome?x=1&y=2", `href="/welcome?x=1&amp;y=2"`},
+		{"2 KiB", long, `href="` + long + `"`},
+		{"encoded slashes stay in the path", "/%2F%2Fsite.test/x", `href="/%2F%2Fsite.test/x"`},
+		{"a fullwidth solidus stays in the path", "/\uff0fsite.test", `href="/%ef%bc%8fsite.test"`},
 		{"protocol-relative", "//evil.example/x", waiting},
 		{"backslash", `/\evil.example/x`, waiting},
 		{"two backslashes", `\\evil.example/x`, waiting},
@@ -236,21 +256,94 @@ func TestClaimLinkRefusedNext(t *testing.T) {
 		{"data", "data:text/html,<script>alert(1)</script>", waiting},
 		{"a tab that browsers drop", "/\t/evil.example", waiting},
 		{"a line break", "/\n/evil.example", waiting},
+		{"CR LF", "/\r\n//evil.example", waiting},
+		{"NUL", "/\x00/evil.example", waiting},
+		{"DEL", "/\x7f/evil.example", waiting},
+		{"a leading space that browsers strip", " //evil.example/x", waiting},
+		{"a leading NUL", "\x00//evil.example/x", waiting},
+		{"percent-encoded", "%2F%2Fevil.example/x", waiting},
+		{"percent-encoded backslash", "%5C%5Cevil.example/x", waiting},
+		{"double-encoded", "%252F%252Fevil.example/x", waiting},
+		{"over 2 KiB", long + "a", waiting},
+		{"very long", "/" + strings.Repeat("evil.example/", 230), waiting},
 		{"relative", "welcome", waiting},
 		{"empty", "", waiting},
 		{"script", `/a"><script>alert(1)</script>`, `href="/a%22%3e%3cscript%3ealert%281%29%3c/script%3e"`},
 		{"the ticket in next", "/x?t=" + l.ticket, waiting},
+		{"the ticket, query-escaped, in next", "/x?t=" + url.QueryEscape(l.ticket), waiting},
+	} {
+		for _, method := range []string{"GET", "POST"} {
+			t.Run(method+" "+tc.name, func(t *testing.T) {
+				do := methods[method]
+				status, body, hdr := do(tc.next, "Accept", acceptChrome)
+				body = pageOf(t, status, body, hdr, http.StatusUnauthorized)
+				assert.Contains(t, body, `<h1 id="claim-title">This link has expired</h1>`)
+				assert.Contains(t, body, `<a class="button" id="claim-next" `+tc.href+` rel="noreferrer">`)
+				assert.Equal(t, 1, strings.Count(body, "href="), "one link")
+				assert.NotContains(t, body, "evil.example")
+				assert.NotContains(t, body, "<script")
+				assert.NotContains(t, body, l.ticket)
+				if tc.href == waiting {
+					assert.Contains(t, body, ">Join the line again</a>")
+				} else {
+					assert.Contains(t, body, ">Continue to the site</a>")
+				}
+
+				wantStatus, want, wantHdr := do("", "Accept", "*/*")
+				require.Equal(t, http.StatusUnauthorized, wantStatus)
+				require.Equal(t, `{"error":{"code":"invalid_ticket","message":"claim link invalid or expired"}}`+"\n", want)
+				wantHdr.Del("Date")
+				for _, accept := range []string{"*/*", "application/json", "text/html, application/json"} {
+					status, body, hdr := do(tc.next, "Accept", accept)
+					assert.Equal(t, wantStatus, status, accept)
+					assert.Equal(t, want, body, "%s: the JSON byte for byte", accept)
+					hdr.Del("Date")
+					assert.Equal(t, wantHdr, hdr, accept)
+				}
+			})
+		}
+	}
+}
+
+// A posted form's page leads to the form's next by that rule whatever the
+// refusal, once the form was read: a link used already, of an unknown
+// gate, invalid. The POST's URL is not the link (it names the gate only):
+// a next there is not followed. A POST refused before its form is read
+// (from another site, a body that is not a form) leads to the waiting page.
+func TestClaimPostRefusedNext(t *testing.T) {
+	sc := refusedSidecar(t, nil, nil)
+	used := calledBack(t, sc, "used")
+	status, body, _ := claimPost(t, noRedirects, used, "Origin", sc.URL)
+	require.Equal(t, http.StatusSeeOther, status, body)
+	u, err := url.Parse(used)
+	require.NoError(t, err)
+	usedTicket := u.Query().Get("ticket")
+	waiting := `href="/anteroom/?gate=default"`
+	next := `href="/welcome?x=1&amp;y=2"`
+	action := sc.URL + gatetest.BasePath + gate.ClaimPath
+	for _, tc := range []struct {
+		name, url, form, origin string
+		status                  int
+		title, href             string
+	}{
+		{"used", action + "?gate=default", ticketForm(usedTicket, "/welcome?x=1&y=2"), sc.URL, http.StatusConflict, "This link was used already", next},
+		{"used, next off-site", action + "?gate=default", ticketForm(usedTicket, "//evil.example/x"), sc.URL, http.StatusConflict, "This link was used already", waiting},
+		{"an unknown gate", action + "?gate=nope", ticketForm(usedTicket, "/welcome?x=1&y=2"), sc.URL, http.StatusNotFound, "This link is not valid", next},
+		{"no ticket", action + "?gate=default", "next=%2Fwelcome%3Fx%3D1%26y%3D2", sc.URL, http.StatusUnauthorized, "This link is not valid", next},
+		{"the first next of two", action + "?gate=default", ticketForm(usedTicket, "/welcome?x=1&y=2") + "&next=%2F%2Fevil.example", sc.URL, http.StatusConflict, "This link was used already", next},
+		{"a next in the URL, none in the form", action + "?gate=default&next=%2Fwelcome", ticketForm(usedTicket, ""), sc.URL, http.StatusConflict, "This link was used already", waiting},
+		{"a next in the URL and an off-site one in the form", action + "?gate=default&next=%2Fwelcome", ticketForm(usedTicket, "https://evil.example/"), sc.URL, http.StatusConflict, "This link was used already", waiting},
+		{"from another site", action + "?gate=default", ticketForm(usedTicket, "/welcome?x=1&y=2"), "https://evil.example", http.StatusForbidden, "This link is not valid", waiting},
+		{"not a form", action + "?gate=default", "next=%2Fwelcome&ticket=%zz", sc.URL, http.StatusBadRequest, "This link is not valid", waiting},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body, hdr := send(t, noRedirects, "GET", withNext(l.url, tc.next), "", "Accept", acceptChrome)
-			body = pageOf(t, status, body, hdr, http.StatusUnauthorized)
-			assert.Contains(t, body, tc.href)
+			status, body, hdr := send(t, noRedirects, "POST", tc.url, tc.form,
+				"Content-Type", "application/x-www-form-urlencoded", "Origin", tc.origin, "Accept", acceptFirefox)
+			body = pageOf(t, status, body, hdr, tc.status)
+			assert.Contains(t, body, `<h1 id="claim-title">`+tc.title+`</h1>`)
+			assert.Contains(t, body, `<a class="button" id="claim-next" `+tc.href+` rel="noreferrer">`)
 			assert.NotContains(t, body, "evil.example")
-			assert.NotContains(t, body, "<script")
-			assert.NotContains(t, body, l.ticket)
-			if tc.href != waiting {
-				assert.Contains(t, body, ">Continue to the site</a>")
-			}
+			assert.NotContains(t, body, usedTicket)
 		})
 	}
 }

@@ -148,12 +148,20 @@ func (s *Server) claimPage(c echo.Context) error {
 // prefersHTML) with the page of a claim link refused: the error's status
 // (wire.Status of its code, as the JSON would have), the sentence of why,
 // and a link to the waiting page or the link's next (a local path). Any
-// other client, and every answer but an error, is left as it is: the wire
-// contract's JSON errors stay byte for byte.
+// other client is left as it is: the wire contract's JSON errors stay byte
+// for byte. Since Accept chooses between the two forms of an error, every
+// error answer of the route says so with Vary: Accept, in either form, so
+// that no shared cache serves one client's form to the other. Whatever is
+// not an error (the claim page, the claim's redirect) is the same for every
+// Accept, and left as it is.
 func (s *Server) claimRefusedPage(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		err := next(c)
-		if err == nil || c.Response().Committed || !prefersHTML(c.Request().Header) {
+		if err == nil || c.Response().Committed {
+			return err
+		}
+		c.Response().Header().Add("Vary", "Accept")
+		if !prefersHTML(c.Request().Header) {
 			return err
 		}
 		if perr := s.renderClaimRefused(c, err); perr != nil {
@@ -167,9 +175,9 @@ func (s *Server) claimRefusedPage(next echo.HandlerFunc) echo.HandlerFunc {
 // or POST, as the page of a claim link refused, under the status of err's
 // code, not cached, with the pages' CSP and no Referer (the link's URL
 // holds the ticket). The page never repeats the ticket: not in its text,
-// nor in its link, which is the link's next only when that is a local
-// path without the ticket in it. It returns the page's rendering error
-// (nothing was written then).
+// nor in its link, which is the link's next (claimLinkFields) only when
+// refusedNext lets it. It returns the page's rendering error (nothing was
+// written then).
 func (s *Server) renderClaimRefused(c echo.Context, err error) error {
 	r := c.Request()
 	d := errorDetail(err)
@@ -177,14 +185,7 @@ func (s *Server) renderClaimRefused(c echo.Context, err error) error {
 	if _, gerr := s.opts.Waitlist.GateConfig(gate); gerr != nil {
 		gate = s.opts.DefaultGate // not whatever the link named
 	}
-	ticket, next := "", ""
-	if r.URL.RawQuery != "" {
-		q := r.URL.Query()
-		ticket, next = q.Get("ticket"), q.Get("next")
-	}
-	if !wire.LocalPath(next) || (ticket != "" && strings.Contains(next, ticket)) {
-		next = ""
-	}
+	next := refusedNext(claimLinkFields(c))
 	data := static.ClaimRefusedPageData{BasePath: s.opts.BasePath, Gate: gate, Next: next,
 		Reason: claimRefusal(err, d.Code), Posted: r.Method == http.MethodPost, Nonce: contentSecurityPolicy(c)}
 	var buf bytes.Buffer
@@ -203,6 +204,48 @@ func (s *Server) renderClaimRefused(c echo.Context, err error) error {
 		_, _ = c.Response().Write(buf.Bytes()) // a write error: the client is gone
 	}
 	return nil
+}
+
+// ctxClaimForm is the key under which claimLink keeps, in the echo
+// context, the form it parsed from a claim POST's body (url.Values), for
+// the page of its refusal (claimLinkFields).
+const ctxClaimForm = "anteroom.claim.form"
+
+// claimLinkFields returns the ticket and next a claim link's request
+// carries: a GET's or HEAD's from its URL (the link itself), a POST's from
+// the form its body posted (the claim page's; the POST's URL names only
+// the gate). A POST refused before its form was parsed (from another
+// origin, a body too large or not a form, a rate limit) carries none.
+func claimLinkFields(c echo.Context) (ticket, next string) {
+	r := c.Request()
+	if r.Method == http.MethodPost {
+		form, _ := c.Get(ctxClaimForm).(url.Values)
+		return form.Get("ticket"), form.Get("next")
+	}
+	if r.URL.RawQuery == "" {
+		return "", ""
+	}
+	q := r.URL.Query()
+	return q.Get("ticket"), q.Get("next")
+}
+
+// maxRefusedNext bounds, in bytes, the next the page of a refused claim
+// link leads to: a link's next is a page of the site, and a longer one is
+// nobody's (common servers and proxies cap a request line at about 8 KiB,
+// old browsers a URL at about 2).
+const maxRefusedNext = 2 << 10
+
+// refusedNext returns where the page of a refused claim link leads instead
+// of the waiting page, given the ticket and next of the link's request
+// (claimLinkFields): next when it is a local path (wire.LocalPath: not
+// //host, /\host, a scheme, nor a control character) of at most
+// maxRefusedNext bytes that does not hold the ticket; "" (the waiting
+// page) otherwise. One rule for a link's GET and HEAD and its form's POST.
+func refusedNext(ticket, next string) string {
+	if len(next) > maxRefusedNext || !wire.LocalPath(next) || (ticket != "" && strings.Contains(next, ticket)) {
+		return ""
+	}
+	return next
 }
 
 // claimRefusal names, for the page, why a claim link's request failed
@@ -249,6 +292,7 @@ func (s *Server) claimLink(c echo.Context) error {
 	if err != nil {
 		return apiError(session.CodeInvalidArgument, "the claim's body must be a form: ticket=...&next=...")
 	}
+	c.Set(ctxClaimForm, form) // for the page of a refusal
 	gate := s.gateOf(c, "")
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err

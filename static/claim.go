@@ -81,7 +81,8 @@ type ClaimRefusedPageData struct {
 	// the link named); empty means "default".
 	Gate string
 	// Next, when set, is where the page's button leads instead: a local
-	// path (the caller checks it), such as the link's next.
+	// path (the caller checks it), such as the link's next, or its
+	// form's when the claim page's form was posted.
 	Next string
 	// Reason is why the link was refused; an unknown one reads as
 	// ClaimInvalid. ClaimBusy shows no button: the link itself, reloaded,
