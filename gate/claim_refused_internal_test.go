@@ -47,10 +47,10 @@ func TestClaimRefusal(t *testing.T) {
 }
 
 // The page of a refused claim link leads to the link's next only when it
-// is a local path of at most maxRefusedNext bytes without the ticket.
+// is a local path of at most maxClaimNext bytes without the ticket.
 func TestRefusedNext(t *testing.T) {
 	const ticket = "1700000000000000000.b.mac"
-	edge := "/" + strings.Repeat("a", maxRefusedNext-1)
+	edge := "/" + strings.Repeat("a", maxClaimNext-1)
 	for _, tc := range []struct {
 		name, ticket, next, want string
 	}{
@@ -67,7 +67,7 @@ func TestRefusedNext(t *testing.T) {
 		{"the ticket", ticket, "/x?t=" + ticket, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, refusedNext(tc.ticket, tc.next))
+			assert.Equal(t, tc.want, claimNext(tc.ticket, tc.next))
 		})
 	}
 }

@@ -138,15 +138,24 @@ func TestClaimLinkScannersDoNotClaim(t *testing.T) {
 }
 
 // TestClaimPageEscapes: the page repeats the link's next only when it is a
-// local path, and escapes what it repeats.
+// local path of at most 2 KiB without the ticket (claimNext, the rule of
+// the claim's redirect and of the page of a refusal too), and escapes what
+// it repeats.
 func TestClaimPageEscapes(t *testing.T) {
 	sc := notifySidecar(t)
 	deadline := promoteCalledBack(t, sc)
 	link := claimURL(t, sc, "default", "b", deadline)
+	u, err := url.Parse(link)
+	require.NoError(t, err)
+	ticket := u.Query().Get("ticket")
+	long := "/" + strings.Repeat("a", 2<<10)
 	for _, tc := range []struct{ next, want, not string }{
 		{"//evil.example/x", "", "evil.example"},
 		{"https://evil.example/", "", "evil.example"},
 		{`/a"><script>alert(1)</script>`, `/a&#34;&gt;&lt;script&gt;`, "<script>alert"},
+		{"/back?t=" + ticket, "", "/back?t="},
+		{long, "", long[:64]},
+		{long[:2<<10], long[:2<<10], "evil.example"},
 	} {
 		status, body, _ := send(t, noRedirects, "GET", link+"&next="+url.QueryEscape(tc.next), "")
 		require.Equal(t, http.StatusOK, status, body)

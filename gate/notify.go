@@ -131,9 +131,7 @@ func (s *Server) claimPage(c echo.Context) error {
 	if _, _, err := s.verifyClaimTicket(c, gate, t); err != nil {
 		return err
 	}
-	if !wire.LocalPath(next) {
-		next = ""
-	}
+	next = claimNext(t, next)
 	data := static.ClaimPageData{BasePath: s.opts.BasePath, Gate: gate, Ticket: t, Next: next, Nonce: contentSecurityPolicy(c)}
 	var buf bytes.Buffer
 	if err := static.RenderClaimPage(&buf, data); err != nil {
@@ -176,7 +174,7 @@ func (s *Server) claimRefusedPage(next echo.HandlerFunc) echo.HandlerFunc {
 // code, not cached, with the pages' CSP and no Referer (the link's URL
 // holds the ticket). The page never repeats the ticket: not in its text,
 // nor in its link, which is the link's next (claimLinkFields) only when
-// refusedNext lets it. It returns the page's rendering error (nothing was
+// claimNext lets it. It returns the page's rendering error (nothing was
 // written then).
 func (s *Server) renderClaimRefused(c echo.Context, err error) error {
 	r := c.Request()
@@ -185,7 +183,7 @@ func (s *Server) renderClaimRefused(c echo.Context, err error) error {
 	if _, gerr := s.opts.Waitlist.GateConfig(gate); gerr != nil {
 		gate = s.opts.DefaultGate // not whatever the link named
 	}
-	next := refusedNext(claimLinkFields(c))
+	next := claimNext(claimLinkFields(c))
 	data := static.ClaimRefusedPageData{BasePath: s.opts.BasePath, Gate: gate, Next: next,
 		Reason: claimRefusal(err, d.Code), Posted: r.Method == http.MethodPost, Nonce: contentSecurityPolicy(c)}
 	var buf bytes.Buffer
@@ -229,20 +227,22 @@ func claimLinkFields(c echo.Context) (ticket, next string) {
 	return q.Get("ticket"), q.Get("next")
 }
 
-// maxRefusedNext bounds, in bytes, the next the page of a refused claim
-// link leads to: a link's next is a page of the site, and a longer one is
-// nobody's (common servers and proxies cap a request line at about 8 KiB,
-// old browsers a URL at about 2).
-const maxRefusedNext = 2 << 10
+// maxClaimNext bounds, in bytes, the next a claim link leads to: a link's
+// next is a page of the site, and a longer one is nobody's (common servers
+// and proxies cap a request line at about 8 KiB, old browsers a URL at
+// about 2).
+const maxClaimNext = 2 << 10
 
-// refusedNext returns where the page of a refused claim link leads instead
-// of the waiting page, given the ticket and next of the link's request
-// (claimLinkFields): next when it is a local path (wire.LocalPath: not
-// //host, /\host, a scheme, nor a control character) of at most
-// maxRefusedNext bytes that does not hold the ticket; "" (the waiting
-// page) otherwise. One rule for a link's GET and HEAD and its form's POST.
-func refusedNext(ticket, next string) string {
-	if len(next) > maxRefusedNext || !wire.LocalPath(next) || (ticket != "" && strings.Contains(next, ticket)) {
+// claimNext returns where a claim link leads once done with, given the
+// ticket and next of its request (claimLinkFields): next when it is a local
+// path (wire.LocalPath: not //host, /\host, a scheme, nor a control
+// character) of at most maxClaimNext bytes that does not hold the ticket;
+// "" otherwise (the claim page then leads to the site's root, the page of a
+// refusal to the waiting page). One rule for the claim page, the claim's
+// redirect and the page of a refusal, so no way through the link puts the
+// ticket, or a foreign place, in a URL.
+func claimNext(ticket, next string) string {
+	if len(next) > maxClaimNext || !wire.LocalPath(next) || (ticket != "" && strings.Contains(next, ticket)) {
 		return ""
 	}
 	return next
@@ -313,7 +313,7 @@ func (s *Server) claimLink(c echo.Context) error {
 		return err
 	}
 	s.setCookie(c, tok)
-	if !wire.LocalPath(next) {
+	if next = claimNext(form.Get("ticket"), next); next == "" {
 		next = "/"
 	}
 	return c.Redirect(http.StatusSeeOther, next)

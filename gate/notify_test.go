@@ -253,6 +253,45 @@ func TestClaimLink(t *testing.T) {
 	require.NoError(t, sc.Waitlist.ValidateSessionIsActive("default", "b"))
 }
 
+// TestClaimRedirectNext: the claim's 303 goes to the form's next by the
+// rule of the claim page (claimNext): a local path of at most 2 KiB that
+// does not hold the ticket; anything else goes to the site's root, and the
+// claim is made either way.
+func TestClaimRedirectNext(t *testing.T) {
+	long := "/" + strings.Repeat("a", 2<<10)
+	for _, tc := range []struct {
+		name string
+		next func(ticket string) string
+		want string
+	}{
+		{"a local path", func(string) string { return "/welcome?x=1" }, "/welcome?x=1"},
+		{"none", func(string) string { return "" }, "/"},
+		{"off the site", func(string) string { return "https://evil.example/" }, "/"},
+		{"protocol-relative", func(string) string { return "//evil.example/x" }, "/"},
+		{"the ticket in it", func(ticket string) string { return "/back?t=" + ticket }, "/"},
+		{"at 2 KiB", func(string) string { return long[:2<<10] }, long[:2<<10]},
+		{"past 2 KiB", func(string) string { return long }, "/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := notifySidecar(t)
+			deadline := promoteCalledBack(t, sc)
+			link := claimURL(t, sc, "default", "b", deadline)
+			u, err := url.Parse(link)
+			require.NoError(t, err)
+			ticket := u.Query().Get("ticket")
+			if n := tc.next(ticket); n != "" {
+				link += "&next=" + url.QueryEscape(n)
+			}
+			status, body, hdr := claimPost(t, noRedirects, link)
+			require.Equal(t, http.StatusSeeOther, status, body)
+			assert.Equal(t, tc.want, hdr.Get("Location"))
+			assert.NotContains(t, hdr.Get("Location"), ticket)
+			assert.Contains(t, hdr.Get("Set-Cookie"), "anteroom_session=")
+			require.NoError(t, sc.Waitlist.ValidateSessionIsActive("default", "b"))
+		})
+	}
+}
+
 // TestClaimLinkBoundToPromotion: the unexpired claim link of a called-back
 // session's first promotion does not claim its next one (released,
 // re-joined by name, promoted again within the same second): 409
