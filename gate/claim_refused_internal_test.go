@@ -3,6 +3,7 @@ package gate
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -46,10 +47,12 @@ func TestClaimRefusal(t *testing.T) {
 	}
 }
 
-// The page of a refused claim link leads to the link's next only when it
-// is a local path of at most maxClaimNext bytes without the ticket.
-func TestRefusedNext(t *testing.T) {
+// A claim link leads to its next (the claim page, its 303, the page of a
+// refusal) only when it is a local path of at most maxClaimNext bytes
+// without the ticket, escaped or not.
+func TestClaimNext(t *testing.T) {
 	const ticket = "1700000000000000000.b.mac"
+	const mac = "n8CrLhuKzidQASauAovJUESqGFLCkes3-Q5-TKVaskg"
 	edge := "/" + strings.Repeat("a", maxClaimNext-1)
 	for _, tc := range []struct {
 		name, ticket, next, want string
@@ -65,6 +68,9 @@ func TestRefusedNext(t *testing.T) {
 		{"absolute", ticket, "https://evil.example/", ""},
 		{"a control character", ticket, "/\t/evil.example", ""},
 		{"the ticket", ticket, "/x?t=" + ticket, ""},
+		{"the ticket escaped", "1700000000000000000.user:42." + mac, "/x?t=" + url.QueryEscape("1700000000000000000.user:42."+mac), ""},
+		{"its MAC alone", "1700000000000000000.b." + mac, "/x#" + mac, ""},
+		{"a short last part is no MAC", "1.b.mac", "/mac", "/mac"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, claimNext(tc.ticket, tc.next))

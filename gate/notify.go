@@ -236,17 +236,30 @@ const maxClaimNext = 2 << 10
 // claimNext returns where a claim link leads once done with, given the
 // ticket and next of its request (claimLinkFields): next when it is a local
 // path (wire.LocalPath: not //host, /\host, a scheme, nor a control
-// character) of at most maxClaimNext bytes that does not hold the ticket;
-// "" otherwise (the claim page then leads to the site's root, the page of a
-// refusal to the waiting page). One rule for the claim page, the claim's
-// redirect and the page of a refusal, so no way through the link puts the
-// ticket, or a foreign place, in a URL.
+// character) of at most maxClaimNext bytes that does not hold the ticket,
+// nor its MAC (the ticket's last part, which no escaping changes: a next
+// holding the ticket percent-encoded holds it); "" otherwise (the claim
+// page then leads to the site's root, the page of a refusal to the waiting
+// page). One rule for the claim page, the claim's redirect and the page of
+// a refusal, so no way through the link puts the ticket, or a foreign
+// place, in a URL.
 func claimNext(ticket, next string) string {
-	if len(next) > maxClaimNext || !wire.LocalPath(next) || (ticket != "" && strings.Contains(next, ticket)) {
+	if len(next) > maxClaimNext || !wire.LocalPath(next) {
+		return ""
+	}
+	if ticket != "" && strings.Contains(next, ticket) {
+		return ""
+	}
+	if mac := ticket[strings.LastIndexByte(ticket, '.')+1:]; len(mac) >= minTicketMAC && strings.Contains(next, mac) {
 		return ""
 	}
 	return next
 }
+
+// minTicketMAC is the shortest last part of a ticket that claimNext takes
+// for its MAC (a real one is 43 bytes of base64url): a shorter one is no
+// secret, and would refuse too many paths.
+const minTicketMAC = 16
 
 // claimRefusal names, for the page, why a claim link's request failed
 // with err of code: its ticket expired (genuine, and too late), the slot
