@@ -27,7 +27,9 @@ type eventMemory struct {
 
 // gateEvents is a gate's events as one change left them. Never written
 // once stored but for published: a change of the gate's events stores a
-// new one.
+// new one, and a write that leaves them the same (sameEvents: a reload
+// from a shared Store, a transition another instance ran first) keeps
+// it, with its published view.
 type gateEvents struct {
 	list []ScheduledEvent // sorted by start
 	// published is list as published over the span of time last asked
@@ -52,15 +54,31 @@ func (m *eventMemory) entry(gate string) *gateEvents {
 	return (*p)[gate]
 }
 
-// set replaces the gate's events.
+// set replaces the gate's events (sorting evs).
 func (m *eventMemory) set(gate string, evs []ScheduledEvent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.setLocked(gate, evs)
 }
 
+// setLocked replaces the gate's events (sorting evs), unless memory holds
+// the same already: then it keeps what it holds, so that the gate's
+// PublishedEvents stays the same value (the HTTP layer caches the
+// answer's encoding by it). A started event's phase still turns to ended
+// when the clock crosses its end: that is the published view's span, not
+// a change of memory.
 func (m *eventMemory) setLocked(gate string, evs []ScheduledEvent) {
 	old := m.byGate.Load()
+	var cur []ScheduledEvent
+	if old != nil {
+		if ge := (*old)[gate]; ge != nil {
+			cur = ge.list
+		}
+	}
+	SortEvents(evs)
+	if sameEvents(cur, evs) {
+		return
+	}
 	next := make(map[string]*gateEvents)
 	if old != nil {
 		for k, v := range *old {
@@ -70,7 +88,6 @@ func (m *eventMemory) setLocked(gate string, evs []ScheduledEvent) {
 	if len(evs) == 0 {
 		delete(next, gate)
 	} else {
-		SortEvents(evs)
 		next[gate] = &gateEvents{list: evs}
 	}
 	m.byGate.Store(&next)
