@@ -51,6 +51,13 @@ type eventsAnswer struct {
 // stays; an entry of an older view is replaced at the next request.
 type eventsAnswers struct {
 	byGate sync.Map // gate name → *eventsAnswer
+
+	// Test seams (export_test.go), nil in production: missed is called by
+	// a request that finds no answer of its view, encoding before each
+	// encoding of an answer (a test counts or stalls them; its error
+	// fails the encoding).
+	missed   func(gate string)
+	encoding func(gate string) error
 }
 
 // forget drops the gate's entry (the gate is unknown, maybe removed).
@@ -67,7 +74,10 @@ func (a *eventsAnswers) write(c echo.Context, gate string, view *session.Publish
 	if e, found := a.byGate.Load(gate); found && e.(*eventsAnswer).view == view {
 		ans = e.(*eventsAnswer)
 	} else {
-		if ans, err = encodeEventsAnswer(gate, view, now); err != nil {
+		if a.missed != nil {
+			a.missed(gate)
+		}
+		if ans, err = a.encode(gate, view, now); err != nil {
 			return false, nil
 		}
 		a.byGate.Store(gate, ans)
@@ -94,6 +104,16 @@ func (a *eventsAnswers) write(c echo.Context, gate string, view *session.Publish
 	}
 	_, err = c.Response().Write(parts.tail)
 	return true, err
+}
+
+// encode is encodeEventsAnswer behind the test seam.
+func (a *eventsAnswers) encode(gate string, view *session.PublishedEvents, now time.Time) (*eventsAnswer, error) {
+	if a.encoding != nil {
+		if err := a.encoding(gate); err != nil {
+			return nil, err
+		}
+	}
+	return encodeEventsAnswer(gate, view, now)
 }
 
 // encodeEventsAnswer encodes the snippet's answer for view of gate at now,
