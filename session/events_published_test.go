@@ -357,3 +357,59 @@ func TestPublishedEventsKeptByReloads(t *testing.T) {
 		})
 	}
 }
+
+// TestPublishedEventsAgreedByConcurrentCalls: calls at once at one
+// instant, the first ones since the view changed (the events, or the
+// clock across an event's end), all get the same PublishedEvents: the
+// HTTP layer encodes the answer once per value, so concurrent first
+// calls that each made their own would each be encoded.
+func TestPublishedEventsAgreedByConcurrentCalls(t *testing.T) {
+	const callers, rounds = 8, 1000
+	w, clock := eventsWaitlist(t)
+	ctx := t.Context()
+	launch := session.ScheduledEvent{Gate: "g", ID: "launch", PrequeueAt: t0.Add(time.Minute), StartsAt: t0.Add(2 * time.Minute), EndsAt: t0.Add(time.Hour)}
+	_, err := w.AddEvent(ctx, launch)
+	require.NoError(t, err)
+	clock.Set(launch.StartsAt)
+	require.NoError(t, w.Sweep(ctx))
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, round int) time.Time // the instant the calls ask at
+	}{
+		{"the clock across the end, back and forth", func(_ *testing.T, round int) time.Time {
+			return launch.EndsAt.Add(-time.Duration(round%2) * time.Nanosecond)
+		}},
+		{"another event added and removed", func(t *testing.T, round int) time.Time {
+			if round%2 == 0 {
+				_, err := w.AddEvent(ctx, session.ScheduledEvent{Gate: "g", ID: "later", PrequeueAt: t0.Add(2 * time.Hour), StartsAt: t0.Add(3 * time.Hour)})
+				require.NoError(t, err)
+			} else {
+				require.NoError(t, w.RemoveEvent(ctx, "g", "later"))
+			}
+			return launch.StartsAt
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range rounds {
+				now := tc.change(t, round)
+				got := make([]*session.PublishedEvents, callers)
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for i := range callers {
+					wg.Go(func() {
+						<-start
+						p, err := w.PublishedEvents("g", now)
+						assert.NoError(t, err)
+						got[i] = p
+					})
+				}
+				close(start)
+				wg.Wait()
+				for i := range got {
+					require.Same(t, got[0], got[i], "round %d, caller %d", round, i)
+				}
+				assert.True(t, got[0].Holds(now))
+			}
+		})
+	}
+}

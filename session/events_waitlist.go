@@ -225,9 +225,9 @@ var noEvents = &PublishedEvents{}
 
 // PublishedEvents returns the gate's events from memory as published at
 // now. Until the gate's events change, every call at an instant of its
-// span returns the same *PublishedEvents; a change, or an instant outside
-// that span, gives a new one. A gate without events gives one that holds
-// always. Errors: ErrUnknownGate.
+// span returns the same *PublishedEvents, also calls made at once; a
+// change, or an instant outside that span, gives a new one. A gate
+// without events gives one that holds always. Errors: ErrUnknownGate.
 func (w *Waitlist) PublishedEvents(gate string, now time.Time) (*PublishedEvents, error) {
 	if _, err := w.gate(gate); err != nil {
 		return nil, err
@@ -236,16 +236,30 @@ func (w *Waitlist) PublishedEvents(gate string, now time.Time) (*PublishedEvents
 	if ge == nil {
 		return noEvents, nil
 	}
-	if p := ge.published.Load(); p != nil && p.Holds(now) {
-		return p, nil
+	cur := ge.published.Load()
+	if cur != nil && cur.Holds(now) {
+		return cur, nil
 	}
 	p := &PublishedEvents{Events: ge.list}
 	p.From, p.Until = PhaseSpan(ge.list, now)
-	// The last asked for stays: calls at instants on both sides of a
-	// boundary at once may swap it a few times, each a correct view.
-	ge.published.Store(p)
+	// Concurrent first calls in one span agree on the first stored; the
+	// last asked for stays: calls at instants on both sides of a boundary
+	// at once may swap it a few times, each a correct view.
+	for range publishTries {
+		if ge.published.CompareAndSwap(cur, p) {
+			return p, nil
+		}
+		if cur = ge.published.Load(); cur != nil && cur.Holds(now) {
+			return cur, nil
+		}
+	}
 	return p, nil
 }
+
+// publishTries bounds the times PublishedEvents tries to store its view
+// while calls at instants of other spans replace it: then it returns its
+// own, correct but not stored.
+const publishTries = 4
 
 // AddEvent schedules a new event (ev.Gate names the gate) with a fresh
 // secret seed, and returns it as stored; a pre-queue already open at now
