@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -18,9 +19,11 @@ import (
 // The snippet's answer to GET {base}/api/events?positions=0 is outside the
 // per-IP limit, so it is encoded once per session.PublishedEvents (a new
 // one comes with every change of the gate's events, and when the clock
-// crosses a started event's end, which changes its phase), and each
-// request writes the cached bytes around the server's clock, the one
-// part of the answer that changes with every request. The bytes are what
+// crosses a started event's end, which changes its phase), once also
+// when many requests find it stale at the same time (they wait for the
+// first one's encoding), and each request writes the cached bytes around
+// the server's clock, the one part of the answer that changes with every
+// request. The bytes are what
 // c.JSON writes (encoding/json, a newline after, indented for ?pretty);
 // the full answer, limited, is still encoded per request.
 
@@ -38,39 +41,68 @@ type aroundNow struct{ head, tail []byte }
 // eventsAnswer is the snippet's answer for one PublishedEvents of a gate,
 // compact and indented. Never written once built.
 type eventsAnswer struct {
-	// view is what it was encoded from; holding it keeps its address from
-	// being reused while the answer is cached.
-	view              *session.PublishedEvents
 	compact, indented aroundNow
+}
+
+// eventsEncodeWait is how long a request waits for the encoding another
+// request is running of the same view before it encodes in its place:
+// far above an encoding's time (well under a millisecond with the most
+// events a gate keeps), so that it only takes over from one stalled.
+const eventsEncodeWait = 100 * time.Millisecond
+
+// eventsFlightTries is how many times a request tries to put its own
+// encoding in the cache (each time another request's got there first)
+// before it encodes for itself alone.
+const eventsFlightTries = 4
+
+// eventsFlight is the cache's entry for one PublishedEvents of a gate,
+// from the moment a request starts encoding its answer: requests for the
+// same view that find it wait for that encoding instead of running their
+// own.
+type eventsFlight struct {
+	// view is what it encodes; holding it keeps its address from being
+	// reused while the entry is cached.
+	view *session.PublishedEvents
+	// ans is the answer, set before done is closed; nil until then, and
+	// for good when the encoding failed.
+	ans  atomic.Pointer[eventsAnswer]
+	done chan struct{} // closed when the encoding ended, well or not
 }
 
 // eventsAnswers caches the snippet's answer of each gate (by name, one
 // entry per gate the Waitlist knows): an entry serves while the gate's
-// PublishedEvents is the one it was encoded from. Requests that miss at
-// once (the first ones after a change) each encode, and the last stored
-// stays; an entry of an older view is replaced at the next request.
+// PublishedEvents is the one it was encoded from. The requests that miss
+// at once (the first ones after a change) encode once: the first puts
+// its eventsFlight in the cache and encodes, the others wait for it
+// (eventsEncodeWait at most, then one of them encodes in its place). No
+// lock is held while encoding or waiting. An entry of another view is
+// replaced at the next request.
 type eventsAnswers struct {
-	byGate sync.Map // gate name → *eventsAnswer
+	byGate sync.Map // gate name → *eventsFlight
+
+	// Test seams (export_test.go), nil or zero in production: missed is
+	// called by a request that finds no answer of its view, encoding
+	// before each encoding of an answer (a test counts or stalls them;
+	// its error fails the encoding); wait replaces eventsEncodeWait.
+	missed   func(gate string)
+	encoding func(gate string) error
+	wait     time.Duration
 }
 
 // forget drops the gate's entry (the gate is unknown, maybe removed).
 func (a *eventsAnswers) forget(gate string) { a.byGate.Delete(gate) }
 
 // write answers c with the snippet's answer for view of gate at now (an
-// instant of view's span), encoding it when the cache holds another view.
+// instant of view's span), encoding it when the cache holds another view
+// and no other request is encoding this one.
 // ok is false, with nothing written, when the answer is one only c.JSON
 // writes (encoding/json refuses a time, or the answer is not laid out as
 // expected): the caller answers through c.JSON. err is the response
 // writer's.
 func (a *eventsAnswers) write(c echo.Context, gate string, view *session.PublishedEvents, now time.Time) (ok bool, err error) {
-	var ans *eventsAnswer
-	if e, found := a.byGate.Load(gate); found && e.(*eventsAnswer).view == view {
-		ans = e.(*eventsAnswer)
-	} else {
-		if ans, err = encodeEventsAnswer(gate, view, now); err != nil {
-			return false, nil
-		}
-		a.byGate.Store(gate, ans)
+	ans := a.answer(gate, view, now)
+	if ans == nil {
+		return false, nil
 	}
 	parts := ans.compact
 	if _, pretty := c.QueryParams()["pretty"]; pretty || c.Echo().Debug { // as c.JSON decides
@@ -96,6 +128,101 @@ func (a *eventsAnswers) write(c echo.Context, gate string, view *session.Publish
 	return true, err
 }
 
+// answer returns the answer for view of gate at now: the cached one; else
+// the one another request is encoding, waited for; else its own, which
+// it puts in the cache for the others. nil when the encoding it waited
+// for or ran failed: the caller answers through c.JSON.
+func (a *eventsAnswers) answer(gate string, view *session.PublishedEvents, now time.Time) *eventsAnswer {
+	cur, _ := a.byGate.Load(gate)
+	f, _ := cur.(*eventsFlight)
+	if f != nil && f.view == view {
+		if ans := f.ans.Load(); ans != nil {
+			return ans
+		}
+	}
+	if a.missed != nil {
+		a.missed(gate)
+	}
+	for range eventsFlightTries {
+		if f != nil && f.view == view {
+			if ans, ended := a.await(f); ended {
+				return ans
+			}
+			// Stalled: this request encodes in its place.
+		}
+		mine := &eventsFlight{view: view, done: make(chan struct{})}
+		var won bool
+		if cur == nil {
+			_, loaded := a.byGate.LoadOrStore(gate, mine)
+			won = !loaded
+		} else {
+			won = a.byGate.CompareAndSwap(gate, cur, mine)
+		}
+		if won {
+			return a.fly(gate, mine, now)
+		}
+		cur, _ = a.byGate.Load(gate)
+		f, _ = cur.(*eventsFlight)
+	}
+	ans, err := a.encode(gate, view, now)
+	if err != nil {
+		return nil
+	}
+	return ans
+}
+
+// await waits for f's encoding to end, eventsEncodeWait at most (a.wait
+// when set). ended is false when it did not end in time; ans is f's
+// answer, nil when its encoding failed.
+func (a *eventsAnswers) await(f *eventsFlight) (ans *eventsAnswer, ended bool) {
+	select {
+	case <-f.done:
+		return f.ans.Load(), true
+	default:
+	}
+	wait := a.wait
+	if wait <= 0 {
+		wait = eventsEncodeWait
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-f.done:
+		return f.ans.Load(), true
+	case <-t.C:
+		return nil, false
+	}
+}
+
+// fly encodes the answer of f (the cache's entry of gate) at now, for
+// this request and those waiting on f, and ends f however the encoding
+// ends: one that failed (or panicked) leaves f out of the cache, so that
+// the next request encodes again.
+func (a *eventsAnswers) fly(gate string, f *eventsFlight, now time.Time) *eventsAnswer {
+	defer func() {
+		if f.ans.Load() == nil {
+			a.byGate.CompareAndDelete(gate, f)
+		}
+		close(f.done)
+	}()
+	ans, err := a.encode(gate, f.view, now)
+	if err != nil {
+		return nil
+	}
+	f.ans.Store(ans)
+	return ans
+}
+
+// encode is encodeEventsAnswer behind the test seam.
+func (a *eventsAnswers) encode(gate string, view *session.PublishedEvents, now time.Time) (*eventsAnswer, error) {
+	if a.encoding != nil {
+		if err := a.encoding(gate); err != nil {
+			return nil, err
+		}
+	}
+	return encodeEventsAnswer(gate, view, now)
+}
+
 // encodeEventsAnswer encodes the snippet's answer for view of gate at now,
 // as c.JSON writes it (json.Encoder: encoding/json's bytes and a newline,
 // indented by json.Indent), split around the value of "now". Errors:
@@ -119,7 +246,7 @@ func encodeEventsAnswer(gate string, view *session.PublishedEvents, now time.Tim
 	if err != nil {
 		return nil, fmt.Errorf("gate: encoding the time of the events of gate %q: %w", gate, err)
 	}
-	ans := &eventsAnswer{view: view}
+	ans := &eventsAnswer{}
 	if ans.compact, err = splitAtNow(compact, `{"gate":`+string(gateJSON)+`,"now":`, nowJSON); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
@@ -363,4 +364,242 @@ func TestEventsAnswerUnderConcurrentChanges(t *testing.T) {
 	}
 	t.Logf("%d answers over %d states", n, len(states))
 	assert.Greater(t, n, len(states))
+}
+
+// sidecarServer is the gate.Server behind sc's handler.
+func sidecarServer(t *testing.T, sc *gatetest.Sidecar) *gate.Server {
+	t.Helper()
+	srv, ok := sc.Handler.(*gate.Server)
+	require.True(t, ok, "the sidecar's handler is not wrapped")
+	return srv
+}
+
+// TestEventsAnswerEncodedOnceByConcurrentMisses: after each change of a
+// gate's published events, N requests that all find the cache stale at
+// once (the first encoding is held until every one of them has missed)
+// encode the answer once, and each gets the encoder's bytes for its own
+// way of asking; the requests after that are answered from the cache.
+func TestEventsAnswerEncodedOnceByConcurrentMisses(t *testing.T) {
+	const n = 32
+	sc := gatetest.StartSidecar(t, gatetest.Options{Gates: []session.GateConfig{gatetest.Gate("default", 1), gatetest.Gate("vip", 1)}})
+	ctx := t.Context()
+	w := sc.Waitlist
+	start := gatetest.Start
+	var (
+		encodes atomic.Int64
+		misses  = make(chan string, 4*n)
+		release chan struct{} // closed once the step's requests all missed
+	)
+	sidecarServer(t, sc).SetEventsAnswerSeams(gate.EventsAnswerSeams{
+		Missed: func(g string) { misses <- g },
+		Encoding: func(string) error {
+			encodes.Add(1)
+			<-release
+			return nil
+		},
+	})
+	drop := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: start.Add(time.Minute), StartsAt: start.Add(2 * time.Minute),
+		EndsAt: start.Add(time.Hour), Shuffle: true}
+	at := func(when time.Time) func(t *testing.T) { return func(*testing.T) { sc.Clock.Set(when) } }
+	for _, tc := range []struct {
+		name   string
+		gate   string
+		change func(t *testing.T)
+	}{
+		{"the first requests, no events", "default", func(*testing.T) {}},
+		{"an event added", "default", func(t *testing.T) {
+			_, err := w.AddEvent(ctx, drop)
+			require.NoError(t, err)
+		}},
+		{"replaced", "default", func(t *testing.T) {
+			next := drop
+			next.Shuffle = false
+			_, err := w.ReplaceEvent(ctx, next)
+			require.NoError(t, err)
+		}},
+		{"the pre-queue opened", "default", func(t *testing.T) {
+			sc.Clock.Set(drop.PrequeueAt)
+			require.NoError(t, w.Sweep(ctx))
+			for i := range 3 {
+				_, err := w.Join(ctx, "default", fmt.Sprintf("waiter-%d", i))
+				require.NoError(t, err)
+			}
+		}},
+		{"drawn and started", "default", func(t *testing.T) {
+			sc.Clock.Set(drop.StartsAt)
+			require.NoError(t, w.Sweep(ctx))
+		}},
+		{"the clock crossed its end", "default", at(drop.EndsAt)},
+		{"the clock went back", "default", at(drop.EndsAt.Add(-time.Second))},
+		{"removed", "default", func(t *testing.T) { require.NoError(t, w.RemoveEvent(ctx, "default", "drop")) }},
+		{"another gate's first requests", "vip", func(*testing.T) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			encodes.Store(0)
+			release = make(chan struct{})
+			tc.change(t)
+			now := sc.Clock.Now()
+			evs, err := w.Events(tc.gate)
+			require.NoError(t, err)
+			query := func(i int) (string, bool) {
+				if i%3 == 0 {
+					return "?gate=" + tc.gate + "&positions=0&pretty", true
+				}
+				return "?positions=0&gate=" + tc.gate, false
+			}
+			recs := make([]*httptest.ResponseRecorder, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				q, _ := query(i)
+				wg.Go(func() { recs[i] = serveEvents(sc, q) })
+			}
+			timeout := time.After(30 * time.Second) // a guard against a hang, not a wait
+			for range n {
+				select {
+				case g := <-misses:
+					assert.Equal(t, tc.gate, g)
+				case <-timeout:
+					close(release)
+					t.Fatalf("%d requests, not all of them missed", n)
+				}
+			}
+			close(release)
+			wg.Wait()
+			assert.Equal(t, int64(1), encodes.Load(), "%d concurrent misses encode once", n)
+			for i, rec := range recs {
+				_, pretty := query(i)
+				require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+				assert.Equal(t, string(referenceEvents(t, tc.gate, evs, now, false, pretty)), rec.Body.String(), "request %d", i)
+			}
+			for i := range 4 {
+				q, pretty := query(i)
+				rec := serveEvents(sc, q)
+				assert.Equal(t, string(referenceEvents(t, tc.gate, evs, now, false, pretty)), rec.Body.String(), "afterwards, %d", i)
+			}
+			assert.Equal(t, int64(1), encodes.Load(), "afterwards: from the cache")
+			assert.Empty(t, misses, "afterwards: no misses")
+		})
+	}
+}
+
+// TestEventsAnswerAfterAStalledOrFailedEncoding: the requests waiting for
+// another's encoding are not held by it for ever. When it fails, each is
+// still answered with the encoder's bytes (through c.JSON), and a later
+// request encodes again into the cache; when it stalls, one of them
+// encodes in its place once it waited long enough, and all the others
+// are answered while the stalled one still hangs.
+func TestEventsAnswerAfterAStalledOrFailedEncoding(t *testing.T) {
+	const n = 16
+	for _, tc := range []struct {
+		name string
+		// stall: the first encoding hangs until every other request is
+		// answered; else it fails once every request missed.
+		stall bool
+		wait  time.Duration // how long a request waits for another's encoding
+	}{
+		{"the first encoding fails", false, time.Minute},
+		{"the first encoding stalls", true, 20 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := gatetest.StartSidecar(t, gatetest.Options{Gates: []session.GateConfig{gatetest.Gate("default", 1)}})
+			_, err := sc.Waitlist.AddEvent(t.Context(), session.ScheduledEvent{Gate: "default", ID: "drop",
+				PrequeueAt: gatetest.Start.Add(time.Minute), StartsAt: gatetest.Start.Add(2 * time.Minute), Shuffle: true})
+			require.NoError(t, err)
+			var encodes atomic.Int64
+			misses := make(chan string, 4*n)
+			allMissed, unstall := make(chan struct{}), make(chan struct{})
+			missedAll, unstalled := sync.OnceFunc(func() { close(allMissed) }), sync.OnceFunc(func() { close(unstall) })
+			sidecarServer(t, sc).SetEventsAnswerSeams(gate.EventsAnswerSeams{
+				Missed: func(g string) { misses <- g },
+				Encoding: func(string) error {
+					if encodes.Add(1) > 1 {
+						return nil
+					}
+					if tc.stall {
+						<-unstall
+						return nil
+					}
+					<-allMissed
+					return errors.New("the encoding failed")
+				},
+				Wait: tc.wait,
+			})
+			evs, err := sc.Waitlist.Events("default")
+			require.NoError(t, err)
+			now := sc.Clock.Now()
+			query := func(i int) (string, bool) {
+				if i%2 == 0 {
+					return "?gate=default&positions=0&pretty", true
+				}
+				return "?gate=default&positions=0", false
+			}
+			recs := make([]*httptest.ResponseRecorder, n)
+			answered := make(chan int, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				q, _ := query(i)
+				wg.Go(func() {
+					recs[i] = serveEvents(sc, q)
+					answered <- i
+				})
+			}
+			timeout := time.After(30 * time.Second) // a guard against a hang, not a wait
+			guard := func(what string) {
+				t.Helper()
+				missedAll()
+				unstalled()
+				t.Fatalf("no %s", what)
+			}
+			if !tc.stall {
+				for range n {
+					select {
+					case <-misses:
+					case <-timeout:
+						guard("miss from every request")
+					}
+				}
+				missedAll()
+			}
+			others := n
+			if tc.stall {
+				others = n - 1
+			}
+			for range others {
+				select {
+				case <-answered:
+				case <-timeout:
+					guard("answer to the requests not stalled")
+				}
+			}
+			if tc.stall {
+				assert.GreaterOrEqual(t, encodes.Load(), int64(2), "another request encoded in the stalled one's place")
+				select {
+				case i := <-answered:
+					t.Errorf("request %d answered while the first encoding was still stalled: the %d others waited for it", i, n-1)
+				default:
+				}
+				unstalled()
+			}
+			wg.Wait()
+			for i, rec := range recs {
+				_, pretty := query(i)
+				require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+				assert.Equal(t, string(referenceEvents(t, "default", evs, now, false, pretty)), rec.Body.String(), "request %d", i)
+			}
+
+			// Afterwards the cache holds the answer (after a failure, the
+			// next request put it there).
+			for i := range 4 {
+				q, pretty := query(i)
+				assert.Equal(t, string(referenceEvents(t, "default", evs, now, false, pretty)), serveEvents(sc, q).Body.String())
+			}
+			cached := encodes.Load()
+			assert.GreaterOrEqual(t, cached, int64(2))
+			for i := range 4 {
+				q, pretty := query(i)
+				assert.Equal(t, string(referenceEvents(t, "default", evs, now, false, pretty)), serveEvents(sc, q).Body.String())
+			}
+			assert.Equal(t, cached, encodes.Load(), "from the cache")
+		})
+	}
 }

@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"slices"
 	"sort"
 	"time"
 )
@@ -339,6 +340,21 @@ func SameSchedule(a, b ScheduledEvent) bool {
 	eq := func(x, y *int64) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
 	return a.Gate == b.Gate && a.ID == b.ID && a.PrequeueAt.Equal(b.PrequeueAt) && a.StartsAt.Equal(b.StartsAt) &&
 		a.EndsAt.Equal(b.EndsAt) && a.Shuffle == b.Shuffle && eq(a.ActiveLimit, b.ActiveLimit) && eq(a.NewUsersPerMinute, b.NewUsersPerMinute)
+}
+
+// sameEvent reports whether a and b are the same event in every field:
+// equal times (whatever their location), equal overrides, seed and
+// positions (nil and empty alike). Memory keeps what it holds when a
+// reload from the store gives it again (eventMemory.setLocked).
+func sameEvent(a, b ScheduledEvent) bool {
+	return SameSchedule(a, b) && bytes.Equal(a.Seed, b.Seed) && a.Phase == b.Phase && a.FirstPosition == b.FirstPosition &&
+		slices.Equal(a.Positions, b.Positions) && a.PrequeueOpenedAt.Equal(b.PrequeueOpenedAt) && a.StartedAt.Equal(b.StartedAt)
+}
+
+// sameEvents reports whether a and b hold the same events (sameEvent) in
+// the same order.
+func sameEvents(a, b []ScheduledEvent) bool {
+	return slices.EqualFunc(a, b, sameEvent)
 }
 
 // MergeSaved decides what SaveEvent stores for ev given the stored event

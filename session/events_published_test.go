@@ -252,3 +252,164 @@ func TestPublishedEventsUnderConcurrentChanges(t *testing.T) {
 	close(stop)
 	readers.Wait()
 }
+
+// TestPublishedEventsKeptByReloads: over a shared Store (Options.Ready
+// set) the Waitlist reads every gate's events again every couple of
+// seconds. A reload that finds what memory holds keeps the gate's
+// PublishedEvents, whatever the phase; one that finds a change another
+// instance made (here: made on the Store behind the Waitlist's back)
+// gives a new one, and so does the clock crossing a started event's end
+// with a reload at the same instant.
+func TestPublishedEventsKeptByReloads(t *testing.T) {
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "anteroom.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	clock := sessiontest.NewClock(t0)
+	w, err := session.New(t.Context(), store, []session.GateConfig{{Name: "g", ActiveLimit: 1, ActiveTimeout: time.Hour, WaitingTimeout: time.Hour}},
+		session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1, Ready: func() error { return nil }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	ctx := t.Context()
+	launch := session.ScheduledEvent{Gate: "g", ID: "launch", PrequeueAt: t0.Add(time.Minute), StartsAt: t0.Add(2 * time.Minute),
+		EndsAt: t0.Add(time.Hour), Shuffle: true, ActiveLimit: i64(5)}
+	other := session.ScheduledEvent{Gate: "g", ID: "other", PrequeueAt: t0.Add(3 * time.Hour), StartsAt: t0.Add(4 * time.Hour), Seed: testSeed}
+	// reload moves the clock past the reload interval and sweeps (which
+	// reads the events again and runs the transitions due).
+	reload := func(t *testing.T) {
+		clock.Advance(3 * time.Second)
+		require.NoError(t, w.Sweep(ctx))
+	}
+	at := func(when time.Time) func(t *testing.T) {
+		return func(t *testing.T) {
+			clock.Set(when)
+			require.NoError(t, w.Sweep(ctx))
+		}
+	}
+	scheduled, prequeue, started, ended := session.EventScheduled, session.EventPrequeue, session.EventStarted, session.EventEnded
+	for _, tc := range []struct {
+		name   string
+		act    func(t *testing.T)
+		same   bool
+		phases []session.EventPhase
+	}{
+		{"added", func(t *testing.T) {
+			_, err := w.AddEvent(ctx, launch)
+			require.NoError(t, err)
+		}, false, []session.EventPhase{scheduled}},
+		{"read again, nothing changed", reload, true, []session.EventPhase{scheduled}},
+		{"read again many times", func(t *testing.T) {
+			for range 10 {
+				reload(t)
+			}
+		}, true, []session.EventPhase{scheduled}},
+		{"another event added elsewhere, read again", func(t *testing.T) {
+			_, err := store.SaveEvent(ctx, other)
+			require.NoError(t, err)
+			reload(t)
+		}, false, []session.EventPhase{scheduled, scheduled}},
+		{"read again with both", reload, true, []session.EventPhase{scheduled, scheduled}},
+		{"the pre-queue opened elsewhere, read again", func(t *testing.T) {
+			clock.Set(launch.PrequeueAt)
+			_, changed, err := store.AdvanceEvent(ctx, "g", launch.ID, clock.Now())
+			require.NoError(t, err)
+			require.True(t, changed)
+			reload(t)
+		}, false, []session.EventPhase{prequeue, scheduled}},
+		{"read again in the pre-queue", func(t *testing.T) {
+			for i := range 3 {
+				_, err := w.Join(ctx, "g", fmt.Sprintf("waiter-session-%02d", i))
+				require.NoError(t, err)
+				reload(t)
+			}
+		}, true, []session.EventPhase{prequeue, scheduled}},
+		{"started here", at(launch.StartsAt), false, []session.EventPhase{started, scheduled}},
+		{"read again after the draw", reload, true, []session.EventPhase{started, scheduled}},
+		{"the other removed elsewhere, read again", func(t *testing.T) {
+			require.NoError(t, store.DeleteEvent(ctx, "g", other.ID))
+			reload(t)
+		}, false, []session.EventPhase{started}},
+		{"read again after the removal", reload, true, []session.EventPhase{started}},
+		{"read again a nanosecond before its end", at(launch.EndsAt.Add(-time.Nanosecond)), true, []session.EventPhase{started}},
+		{"read again at its end: memory did not change, the phase did", at(launch.EndsAt), false, []session.EventPhase{ended}},
+		{"read again after its end", reload, true, []session.EventPhase{ended}},
+		{"the clock goes back before the end and reads again", at(launch.EndsAt.Add(-time.Second)), false, []session.EventPhase{started}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, err := w.PublishedEvents("g", clock.Now())
+			require.NoError(t, err)
+			tc.act(t)
+			now := clock.Now()
+			got, err := w.PublishedEvents("g", now)
+			require.NoError(t, err)
+			if tc.same {
+				assert.Same(t, before, got)
+			} else {
+				assert.NotSame(t, before, got)
+			}
+			assert.True(t, got.Holds(now))
+			assert.Equal(t, tc.phases, phasesAt(got.Events, now))
+			stored, err := store.Events(ctx, "g")
+			require.NoError(t, err)
+			require.Len(t, got.Events, len(stored))
+			for k := range stored {
+				assert.True(t, session.SameEvent(stored[k], got.Events[k]), "published as stored: %s", stored[k].ID)
+			}
+		})
+	}
+}
+
+// TestPublishedEventsAgreedByConcurrentCalls: calls at once at one
+// instant, the first ones since the view changed (the events, or the
+// clock across an event's end), all get the same PublishedEvents: the
+// HTTP layer encodes the answer once per value, so concurrent first
+// calls that each made their own would each be encoded.
+func TestPublishedEventsAgreedByConcurrentCalls(t *testing.T) {
+	const callers, rounds = 8, 1000
+	w, clock := eventsWaitlist(t)
+	ctx := t.Context()
+	launch := session.ScheduledEvent{Gate: "g", ID: "launch", PrequeueAt: t0.Add(time.Minute), StartsAt: t0.Add(2 * time.Minute), EndsAt: t0.Add(time.Hour)}
+	_, err := w.AddEvent(ctx, launch)
+	require.NoError(t, err)
+	clock.Set(launch.StartsAt)
+	require.NoError(t, w.Sweep(ctx))
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, round int) time.Time // the instant the calls ask at
+	}{
+		{"the clock across the end, back and forth", func(_ *testing.T, round int) time.Time {
+			return launch.EndsAt.Add(-time.Duration(round%2) * time.Nanosecond)
+		}},
+		{"another event added and removed", func(t *testing.T, round int) time.Time {
+			if round%2 == 0 {
+				_, err := w.AddEvent(ctx, session.ScheduledEvent{Gate: "g", ID: "later", PrequeueAt: t0.Add(2 * time.Hour), StartsAt: t0.Add(3 * time.Hour)})
+				require.NoError(t, err)
+			} else {
+				require.NoError(t, w.RemoveEvent(ctx, "g", "later"))
+			}
+			return launch.StartsAt
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range rounds {
+				now := tc.change(t, round)
+				got := make([]*session.PublishedEvents, callers)
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for i := range callers {
+					wg.Go(func() {
+						<-start
+						p, err := w.PublishedEvents("g", now)
+						assert.NoError(t, err)
+						got[i] = p
+					})
+				}
+				close(start)
+				wg.Wait()
+				for i := range got {
+					require.Same(t, got[0], got[i], "round %d, caller %d", round, i)
+				}
+				assert.True(t, got[0].Holds(now))
+			}
+		})
+	}
+}

@@ -27,7 +27,9 @@ type eventMemory struct {
 
 // gateEvents is a gate's events as one change left them. Never written
 // once stored but for published: a change of the gate's events stores a
-// new one.
+// new one, and a write that leaves them the same (sameEvents: a reload
+// from a shared Store, a transition another instance ran first) keeps
+// it, with its published view.
 type gateEvents struct {
 	list []ScheduledEvent // sorted by start
 	// published is list as published over the span of time last asked
@@ -52,15 +54,31 @@ func (m *eventMemory) entry(gate string) *gateEvents {
 	return (*p)[gate]
 }
 
-// set replaces the gate's events.
+// set replaces the gate's events (sorting evs).
 func (m *eventMemory) set(gate string, evs []ScheduledEvent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.setLocked(gate, evs)
 }
 
+// setLocked replaces the gate's events (sorting evs), unless memory holds
+// the same already: then it keeps what it holds, so that the gate's
+// PublishedEvents stays the same value (the HTTP layer caches the
+// answer's encoding by it). A started event's phase still turns to ended
+// when the clock crosses its end: that is the published view's span, not
+// a change of memory.
 func (m *eventMemory) setLocked(gate string, evs []ScheduledEvent) {
 	old := m.byGate.Load()
+	var cur []ScheduledEvent
+	if old != nil {
+		if ge := (*old)[gate]; ge != nil {
+			cur = ge.list
+		}
+	}
+	SortEvents(evs)
+	if sameEvents(cur, evs) {
+		return
+	}
 	next := make(map[string]*gateEvents)
 	if old != nil {
 		for k, v := range *old {
@@ -70,7 +88,6 @@ func (m *eventMemory) setLocked(gate string, evs []ScheduledEvent) {
 	if len(evs) == 0 {
 		delete(next, gate)
 	} else {
-		SortEvents(evs)
 		next[gate] = &gateEvents{list: evs}
 	}
 	m.byGate.Store(&next)
@@ -208,9 +225,9 @@ var noEvents = &PublishedEvents{}
 
 // PublishedEvents returns the gate's events from memory as published at
 // now. Until the gate's events change, every call at an instant of its
-// span returns the same *PublishedEvents; a change, or an instant outside
-// that span, gives a new one. A gate without events gives one that holds
-// always. Errors: ErrUnknownGate.
+// span returns the same *PublishedEvents, also calls made at once; a
+// change, or an instant outside that span, gives a new one. A gate
+// without events gives one that holds always. Errors: ErrUnknownGate.
 func (w *Waitlist) PublishedEvents(gate string, now time.Time) (*PublishedEvents, error) {
 	if _, err := w.gate(gate); err != nil {
 		return nil, err
@@ -219,16 +236,30 @@ func (w *Waitlist) PublishedEvents(gate string, now time.Time) (*PublishedEvents
 	if ge == nil {
 		return noEvents, nil
 	}
-	if p := ge.published.Load(); p != nil && p.Holds(now) {
-		return p, nil
+	cur := ge.published.Load()
+	if cur != nil && cur.Holds(now) {
+		return cur, nil
 	}
 	p := &PublishedEvents{Events: ge.list}
 	p.From, p.Until = PhaseSpan(ge.list, now)
-	// The last asked for stays: calls at instants on both sides of a
-	// boundary at once may swap it a few times, each a correct view.
-	ge.published.Store(p)
+	// Concurrent first calls in one span agree on the first stored; the
+	// last asked for stays: calls at instants on both sides of a boundary
+	// at once may swap it a few times, each a correct view.
+	for range publishTries {
+		if ge.published.CompareAndSwap(cur, p) {
+			return p, nil
+		}
+		if cur = ge.published.Load(); cur != nil && cur.Holds(now) {
+			return cur, nil
+		}
+	}
 	return p, nil
 }
+
+// publishTries bounds the times PublishedEvents tries to store its view
+// while calls at instants of other spans replace it: then it returns its
+// own, correct but not stored.
+const publishTries = 4
 
 // AddEvent schedules a new event (ev.Gate names the gate) with a fresh
 // secret seed, and returns it as stored; a pre-queue already open at now

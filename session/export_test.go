@@ -19,3 +19,6 @@ func (w *Waitlist) GlobalRecounted(gate string) (GlobalView, error) {
 	}
 	return v, nil
 }
+
+// SameEvent is sameEvent, for the tests of session_test.
+var SameEvent = sameEvent
