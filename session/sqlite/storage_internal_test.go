@@ -334,13 +334,19 @@ func TestAdaptChunk(t *testing.T) {
 // SQLite syncs it only after a checkpoint that reached the end of the WAL,
 // which no pass does while commits keep coming, and the writer's restart
 // checkpoint then flushed the whole backlog while joins waited. A failing
-// sync makes the store unready until a later pass syncs.
+// sync makes the store unready until a later pass syncs: one that copies
+// nothing new tries the sync again (a failed pass keeps no reading), and
+// does not make it ready without it. The test runs the passes itself: the
+// checkpointer's own wait an hour, so that no idle TRUNCATE (a full
+// checkpoint, which SQLite syncs) makes the store ready behind its back.
 func TestBackgroundPassSyncsWhatItCopied(t *testing.T) {
 	defer func(i time.Duration) { ckptInterval = i }(ckptInterval)
-	ckptInterval = 5 * time.Millisecond
+	ckptInterval = time.Hour
 	var failing atomic.Bool
+	var tries atomic.Int64
 	failing.Store(true)
 	testHookSyncCopied = func() error {
+		tries.Add(1)
 		if failing.Load() {
 			return errors.New("injected sync failure")
 		}
@@ -349,20 +355,25 @@ func TestBackgroundPassSyncsWhatItCopied(t *testing.T) {
 	t.Cleanup(func() { testHookSyncCopied = nil }) // after the store's Close
 	s, write := openWriting(t)
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		write()
-		return s.Ready(ctx) != nil
-	}, 10*time.Second, 10*time.Millisecond, "a pass copied pages and its sync failed")
+	write()
+	require.NoError(t, s.Ready(ctx))
+
+	s.ck.pass()
+	assert.EqualValues(t, 1, tries.Load(), "the pass copied pages and synced them")
 	assert.ErrorContains(t, s.Ready(ctx), "injected sync failure")
-	synced := s.Stats().CheckpointSyncs
-	assert.Zero(t, synced)
+	assert.Zero(t, s.Stats().CheckpointSyncs)
+
+	s.ck.pass()
+	assert.EqualValues(t, 2, tries.Load(), "a pass with nothing new to copy tries the sync again")
+	assert.ErrorContains(t, s.Ready(ctx), "injected sync failure", "and is not ready without it")
 
 	failing.Store(false)
-	require.Eventually(t, func() bool {
-		write()
-		return s.Ready(ctx) == nil
-	}, 10*time.Second, 10*time.Millisecond, "a later pass synced")
-	assert.Positive(t, s.Stats().CheckpointSyncs)
+	s.ck.pass()
+	assert.NoError(t, s.Ready(ctx), "a later pass synced")
+	assert.EqualValues(t, 1, s.Stats().CheckpointSyncs)
+
+	s.ck.pass()
+	assert.EqualValues(t, 3, tries.Load(), "nothing copied, nothing to sync")
 }
 
 // While an Update runs, a pass that copies pages leaves their sync to the
