@@ -376,36 +376,36 @@ func TestBackgroundPassSyncsWhatItCopied(t *testing.T) {
 	assert.EqualValues(t, 3, tries.Load(), "nothing copied, nothing to sync")
 }
 
-// While an Update runs, a pass that copies pages leaves their sync to the
-// first pass after it (its fsyncs would hold a CPU from the joins the
-// update yields to), and the writer restarts no WAL meanwhile (that
-// checkpoint would flush what the passes left, on the writer's path).
+// While an Update runs, a pass that copies pages short of 3/4 of the high
+// mark (one that began before the update) leaves their sync to the first
+// pass after it (its fsyncs would hold a CPU from the joins the update
+// yields to), and the writer restarts no WAL meanwhile (that checkpoint
+// would flush what the passes left, on the writer's path). The test runs
+// the passes itself: the checkpointer's own wait an hour.
 func TestPassDuringAnUpdateSyncsAfterIt(t *testing.T) {
 	defer func(i time.Duration, r, h int64) { ckptInterval, restartBytes, highBytes = i, r, h }(ckptInterval, restartBytes, highBytes)
-	ckptInterval, restartBytes, highBytes = 5*time.Millisecond, 64<<10, 64<<20
+	ckptInterval, restartBytes, highBytes = time.Hour, 64<<10, 64<<20
 	var syncs atomic.Int64
 	testHookSyncCopied = func() error { syncs.Add(1); return nil }
 	t.Cleanup(func() { testHookSyncCopied = nil }) // after the store's Close
 	s, write := openWriting(t)
 
 	s.updating.Add(1) // as Update does while it runs
-	require.Eventually(t, func() bool {
-		write()
-		return s.ck.unsynced.Load()
-	}, 10*time.Second, 10*time.Millisecond, "a pass during the update copied pages")
 	write()
+	s.ck.pass()
+	require.True(t, s.ck.unsynced.Load(), "the pass copied pages and left their sync")
+	write()
+	s.ck.pass()
 	assert.Zero(t, syncs.Load(), "no sync while the update runs")
 	assert.Zero(t, s.Stats().WriterCheckpoints, "no restart while copied pages wait for their sync")
-	assert.Positive(t, s.Stats().Checkpoints)
+	assert.EqualValues(t, 2, s.Stats().Checkpoints)
 
 	s.updating.Add(-1)
-	s.ck.kick() // as Update does when it ends
-	require.Eventually(t, func() bool { return !s.ck.unsynced.Load() }, 10*time.Second, time.Millisecond, "the pass after the update synced")
-	assert.Positive(t, syncs.Load())
-	require.Eventually(t, func() bool {
-		write()
-		return s.Stats().WriterCheckpoints > 0
-	}, 10*time.Second, 10*time.Millisecond, "then the writer restarts the WAL again")
+	s.ck.pass() // the first pass after the update
+	assert.False(t, s.ck.unsynced.Load())
+	assert.EqualValues(t, 1, syncs.Load(), "the pass after the update synced")
+	write()
+	assert.Positive(t, s.Stats().WriterCheckpoints, "then the writer restarts the WAL again")
 }
 
 // openWriting opens a store in a temporary directory, closed at the end of
@@ -442,4 +442,29 @@ func TestPassDuringALongUpdateSyncsNearTheHighMark(t *testing.T) {
 		write()
 		return syncs.Load() > 0
 	}, 10*time.Second, 10*time.Millisecond, "a pass synced while the update runs, the WAL past 3/4 of its high mark")
+}
+
+// While an Update runs, background passes wait, and leave their sync to
+// the pass after the update, until the WAL holds 3/4 of the high mark;
+// without an Update, neither.
+func TestCheckpointerHoldsBackDuringAnUpdate(t *testing.T) {
+	k := &checkpointer{highFrames: 1000, updateFrames: 750}
+	for _, tc := range []struct {
+		name     string
+		updating bool
+		frames   int64
+		want     bool
+	}{
+		{"no update", false, 100, false},
+		{"no update, a long WAL", false, 900, false},
+		{"update, a short WAL", true, 100, true},
+		{"update, just under 3/4", true, 749, true},
+		{"update, at 3/4", true, 750, false},
+		{"update, past the high mark", true, 1200, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k.paused = func() bool { return tc.updating }
+			assert.Equal(t, tc.want, k.holdsBack(tc.frames))
+		})
+	}
 }
