@@ -340,7 +340,7 @@ func TestAdaptChunk(t *testing.T) {
 // checkpointer's own wait an hour, so that no idle TRUNCATE (a full
 // checkpoint, which SQLite syncs) makes the store ready behind its back.
 func TestBackgroundPassSyncsWhatItCopied(t *testing.T) {
-	defer func(i time.Duration) { ckptInterval = i }(ckptInterval)
+	restoreCheckpointVars(t)
 	ckptInterval = time.Hour
 	var failing atomic.Bool
 	var tries atomic.Int64
@@ -383,7 +383,7 @@ func TestBackgroundPassSyncsWhatItCopied(t *testing.T) {
 // would flush what the passes left, on the writer's path). The test runs
 // the passes itself: the checkpointer's own wait an hour.
 func TestPassDuringAnUpdateSyncsAfterIt(t *testing.T) {
-	defer func(i time.Duration, r, h int64) { ckptInterval, restartBytes, highBytes = i, r, h }(ckptInterval, restartBytes, highBytes)
+	restoreCheckpointVars(t)
 	ckptInterval, restartBytes, highBytes = time.Hour, 64<<10, 64<<20
 	var syncs atomic.Int64
 	testHookSyncCopied = func() error { syncs.Add(1); return nil }
@@ -408,6 +408,17 @@ func TestPassDuringAnUpdateSyncsAfterIt(t *testing.T) {
 	assert.Positive(t, s.Stats().WriterCheckpoints, "then the writer restarts the WAL again")
 }
 
+// restoreCheckpointVars restores ckptInterval, restartBytes and highBytes
+// at the end of the test, after the store's Close (a cleanup registered
+// before openWriting's runs after it): a deferred restore runs before the
+// cleanups, while the checkpointer goroutine, which read ckptInterval when
+// it started, still runs, and the race detector reports the write.
+func restoreCheckpointVars(t *testing.T) {
+	t.Helper()
+	i, r, h := ckptInterval, restartBytes, highBytes
+	t.Cleanup(func() { ckptInterval, restartBytes, highBytes = i, r, h })
+}
+
 // openWriting opens a store in a temporary directory, closed at the end of
 // the test, and returns it with a function that commits 50 more joins.
 func openWriting(t *testing.T) (*Store, func()) {
@@ -430,7 +441,7 @@ func openWriting(t *testing.T) (*Store, func()) {
 // mark: the writer's forced checkpoint at the high mark would otherwise
 // flush everything the update's passes copied, on the writer's path.
 func TestPassDuringALongUpdateSyncsNearTheHighMark(t *testing.T) {
-	defer func(i time.Duration, r, h int64) { ckptInterval, restartBytes, highBytes = i, r, h }(ckptInterval, restartBytes, highBytes)
+	restoreCheckpointVars(t)
 	ckptInterval, restartBytes, highBytes = 5*time.Millisecond, 64<<10, 512<<10
 	var syncs atomic.Int64
 	testHookSyncCopied = func() error { syncs.Add(1); return nil }
