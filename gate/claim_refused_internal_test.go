@@ -53,7 +53,7 @@ func TestClaimRefusal(t *testing.T) {
 func TestClaimNext(t *testing.T) {
 	const ticket = "1700000000000000000.b.mac"
 	const mac = "n8CrLhuKzidQASauAovJUESqGFLCkes3-Q5-TKVaskg"
-	edge := "/" + strings.Repeat("a", maxClaimNext-1)
+	edge := "/" + strings.Repeat("a", maxClaimNext-3) // "/" is "%2F" form-encoded
 	for _, tc := range []struct {
 		name, ticket, next, want string
 	}{

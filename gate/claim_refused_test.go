@@ -217,7 +217,7 @@ func TestClaimLinkRefusedHead(t *testing.T) {
 }
 
 // The page's link goes to the link's next only when it is a local path
-// (the same check as every next of the sidecar's) of at most 2 KiB, never
+// (the same check as every next of the sidecar's) of at most 2 KiB form-encoded, never
 // off-site, and never to a URL that holds the ticket; whatever it repeats
 // is escaped. One rule for the link's GET and for its form's POST (the
 // page posted without script), whose next is the form's. The JSON answer
@@ -228,7 +228,7 @@ func TestClaimLinkRefusedNext(t *testing.T) {
 	l := refusedLinks(t, sc)[0] // expired
 	require.Equal(t, "expired", l.name)
 	waiting := `href="/anteroom/?gate=default"`
-	long := "/" + strings.Repeat("a", 2<<10-1)
+	long := "/" + strings.Repeat("a", 2<<10-3) // 2 KiB form-encoded: "/" is "%2F"
 	methods := map[string]func(next string, header ...string) (int, string, http.Header){
 		"GET": func(next string, header ...string) (int, string, http.Header) {
 			link := l.url

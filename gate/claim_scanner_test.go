@@ -155,7 +155,7 @@ func TestClaimPageEscapes(t *testing.T) {
 		{`/a"><script>alert(1)</script>`, `/a&#34;&gt;&lt;script&gt;`, "<script>alert"},
 		{"/back?t=" + ticket, "", "/back?t="},
 		{long, "", long[:64]},
-		{long[:2<<10], long[:2<<10], "evil.example"},
+		{long[:2<<10-2], long[:2<<10-2], "evil.example"}, // 2 KiB form-encoded
 	} {
 		status, body, _ := send(t, noRedirects, "GET", link+"&next="+url.QueryEscape(tc.next), "")
 		require.Equal(t, http.StatusOK, status, body)

@@ -227,24 +227,46 @@ func claimLinkFields(c echo.Context) (ticket, next string) {
 	return q.Get("ticket"), q.Get("next")
 }
 
-// maxClaimNext bounds, in bytes, the next a claim link leads to: a link's
-// next is a page of the site, and a longer one is nobody's (common servers
-// and proxies cap a request line at about 8 KiB, old browsers a URL at
-// about 2).
+// maxClaimNext bounds, in bytes once form-encoded, the next a claim link
+// leads to: a link's next is a page of the site, and a longer one is
+// nobody's (common servers and proxies cap a request line at about 8 KiB,
+// old browsers a URL at about 2). Form-encoded, because the claim page
+// posts it back in its form, whose body the claim reads up to 4 KiB: a
+// next of slashes or of a query doubles there, one of non-ASCII bytes
+// triples.
 const maxClaimNext = 2 << 10
+
+// formEncodedLen returns the length of s as a browser's form
+// (application/x-www-form-urlencoded) or url.QueryEscape encodes it, the
+// longer of the two: a letter, a digit, "-", "_", ".", "~", "*" or a space
+// is one byte, any other byte three.
+func formEncodedLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '-', c == '_', c == '.', c == '~', c == '*', c == ' ':
+			n++
+		default:
+			n += 3
+		}
+	}
+	return n
+}
 
 // claimNext returns where a claim link leads once done with, given the
 // ticket and next of its request (claimLinkFields): next when it is a local
 // path (wire.LocalPath: not //host, /\host, a scheme, nor a control
-// character) of at most maxClaimNext bytes that does not hold the ticket,
-// nor its MAC (the ticket's last part, which no escaping changes: a next
-// holding the ticket percent-encoded holds it); "" otherwise (the claim
-// page then leads to the site's root, the page of a refusal to the waiting
-// page). One rule for the claim page, the claim's redirect and the page of
-// a refusal, so no way through the link puts the ticket, or a foreign
-// place, in a URL.
+// character) of at most maxClaimNext bytes form-encoded that does not hold
+// the ticket, nor its MAC (the ticket's last part, which the usual escapes,
+// query, path or form, leave as it is: a next holding the ticket so
+// escaped holds its MAC); "" otherwise (the claim page then leads to the
+// site's root, the page of a refusal to the waiting page). One rule for
+// the claim page, the claim's redirect and the page of a refusal, so no
+// way through the link puts the ticket, or a foreign place, in a URL, and
+// a next the claim page accepts fits the body of its form's claim.
 func claimNext(ticket, next string) string {
-	if len(next) > maxClaimNext || !wire.LocalPath(next) {
+	if formEncodedLen(next) > maxClaimNext || !wire.LocalPath(next) {
 		return ""
 	}
 	if ticket != "" && strings.Contains(next, ticket) {

@@ -269,7 +269,8 @@ func TestClaimRedirectNext(t *testing.T) {
 		{"off the site", func(string) string { return "https://evil.example/" }, "/"},
 		{"protocol-relative", func(string) string { return "//evil.example/x" }, "/"},
 		{"the ticket in it", func(ticket string) string { return "/back?t=" + ticket }, "/"},
-		{"at 2 KiB", func(string) string { return long[:2<<10] }, long[:2<<10]},
+		{"at 2 KiB form-encoded", func(string) string { return long[:2<<10-2] }, long[:2<<10-2]},
+		{"under 2 KiB of bytes, more form-encoded", func(string) string { return "/" + strings.Repeat("a/", 600) }, "/"},
 		{"past 2 KiB", func(string) string { return long }, "/"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
