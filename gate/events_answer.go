@@ -74,8 +74,9 @@ type eventsFlight struct {
 // PublishedEvents is the one it was encoded from. The requests that miss
 // at once (the first ones after a change) encode once: the first puts
 // its eventsFlight in the cache and encodes, the others wait for it
-// (eventsEncodeWait at most, then one of them encodes in its place). No
-// lock is held while encoding or waiting. An entry of another view is
+// (eventsEncodeWait at most, then one of them encodes in its place; a
+// request waits on at most eventsFlightTries such encodings, then encodes
+// for itself alone). No lock is held while encoding or waiting. An entry of another view is
 // replaced at the next request.
 type eventsAnswers struct {
 	byGate sync.Map // gate name → *eventsFlight

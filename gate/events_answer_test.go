@@ -397,6 +397,9 @@ func TestEventsAnswerEncodedOnceByConcurrentMisses(t *testing.T) {
 			<-release
 			return nil
 		},
+		// Longer than any starved moment of this machine: one takeover
+		// would count a second encoding.
+		Wait: time.Minute,
 	})
 	drop := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: start.Add(time.Minute), StartsAt: start.Add(2 * time.Minute),
 		EndsAt: start.Add(time.Hour), Shuffle: true}

@@ -258,9 +258,10 @@ func formEncodedLen(s string) int {
 // ticket and next of its request (claimLinkFields): next when it is a local
 // path (wire.LocalPath: not //host, /\host, a scheme, nor a control
 // character) of at most maxClaimNext bytes form-encoded that does not hold
-// the ticket, nor its MAC (the ticket's last part, which the usual escapes,
-// query, path or form, leave as it is: a next holding the ticket so
-// escaped holds its MAC); "" otherwise (the claim page then leads to the
+// the ticket, nor its MAC (the ticket's last part, base64url, which the
+// usual escapes, query, path or form, leave as it is: a next holding the
+// ticket so escaped holds its MAC; a next that hides it otherwise, by hand,
+// is not caught); "" otherwise (the claim page then leads to the
 // site's root, the page of a refusal to the waiting page). One rule for
 // the claim page, the claim's redirect and the page of a refusal, so no
 // way through the link puts the ticket, or a foreign place, in a URL, and
