@@ -145,9 +145,7 @@ func TestClaimPageEscapes(t *testing.T) {
 	sc := notifySidecar(t)
 	deadline := promoteCalledBack(t, sc)
 	link := claimURL(t, sc, "default", "b", deadline)
-	u, err := url.Parse(link)
-	require.NoError(t, err)
-	ticket := u.Query().Get("ticket")
+	ticket := ticketOf(t, link)
 	long := "/" + strings.Repeat("a", 2<<10)
 	for _, tc := range []struct{ next, want, not string }{
 		{"//evil.example/x", "", "evil.example"},

@@ -50,6 +50,14 @@ func claimURL(t *testing.T, sc *gatetest.Sidecar, gateName, id string, deadline 
 	return u
 }
 
+// ticketOf returns the ticket a claim link carries.
+func ticketOf(t *testing.T, link string) string {
+	t.Helper()
+	u, err := url.Parse(link)
+	require.NoError(t, err)
+	return u.Query().Get("ticket")
+}
+
 func send(t *testing.T, c *http.Client, method, url, body string, header ...string) (int, string, http.Header) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -277,9 +285,7 @@ func TestClaimRedirectNext(t *testing.T) {
 			sc := notifySidecar(t)
 			deadline := promoteCalledBack(t, sc)
 			link := claimURL(t, sc, "default", "b", deadline)
-			u, err := url.Parse(link)
-			require.NoError(t, err)
-			ticket := u.Query().Get("ticket")
+			ticket := ticketOf(t, link)
 			if n := tc.next(ticket); n != "" {
 				link += "&next=" + url.QueryEscape(n)
 			}
