@@ -31,10 +31,12 @@ func TestRenderClaimRefusedPage(t *testing.T) {
 		advice, href, label string
 	}{
 		{static.ClaimExpired, "", "expired", "This link has expired", "The time to use it has run out", "Join the line again", "/anteroom/?gate=checkout", "Join the line again"},
-		{static.ClaimInvalid, "", "invalid", "This link is not valid", "cut short or changed", "Open it again from the message", "/anteroom/?gate=checkout", "Join the line again"},
-		{static.ClaimUsed, "", "used", "This link was used already", "it has been used", "Join the line again", "/anteroom/?gate=checkout", "Join the line again"},
+		{static.ClaimInvalid, "", "invalid", "This link is not valid", "cut short or changed", "Open it again from the message it came in, or join the line again.", "/anteroom/?gate=checkout", "Join the line again"},
+		{static.ClaimUsed, "", "used", "This link was used already", "it has been used", "Join the line again to get a new place.", "/anteroom/?gate=checkout", "Join the line again"},
 		{static.ClaimBusy, "", "busy", "Please try again", "busy", "Reload this page in a moment", "", ""},
-		{static.ClaimExpired, "/shop?x=1&y=2", "expired", "This link has expired", "run out", "Join the line again", "/shop?x=1&amp;y=2", "Continue to the site"},
+		{static.ClaimExpired, "/shop?x=1&y=2", "expired", "This link has expired", "run out", "Continue to the site; if it does not let you in, join the line again there.", "/shop?x=1&amp;y=2", "Continue to the site"},
+		{static.ClaimUsed, "/shop", "used", "This link was used already", "it has been used", "Continue to the site; if it does not let you in", "/shop", "Continue to the site"},
+		{static.ClaimInvalid, "/shop", "invalid", "This link is not valid", "cut short", "Open it again from the message it came in, or continue to the site.", "/shop", "Continue to the site"},
 		{"no such reason", "", "no such reason", "This link is not valid", "cut short", "Open it again", "/anteroom/?gate=checkout", "Join the line again"},
 		{"", "", "", "This link is not valid", "cut short", "Open it again", "/anteroom/?gate=checkout", "Join the line again"},
 	} {
