@@ -117,17 +117,12 @@ func (s *Server) verifyClaimTicket(c echo.Context, gate, t string) (string, time
 // page: claimRefusedPage). Whether the slot is still there is the POST's
 // to say.
 func (s *Server) claimPage(c echo.Context) error {
-	r := c.Request()
 	c.Response().Header()["Referrer-Policy"] = valueNoReferrer
 	gate := s.gateOf(c, "")
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	t, next := "", ""
-	if r.URL.RawQuery != "" {
-		q := r.URL.Query()
-		t, next = q.Get("ticket"), q.Get("next")
-	}
+	t, next := claimLinkFields(c)
 	if _, _, err := s.verifyClaimTicket(c, gate, t); err != nil {
 		return err
 	}
@@ -223,8 +218,8 @@ func claimLinkFields(c echo.Context) (ticket, next string) {
 	if r.URL.RawQuery == "" {
 		return "", ""
 	}
-	q := r.URL.Query()
-	return q.Get("ticket"), q.Get("next")
+	// echo's parse of the query, the one gateOf reads too.
+	return c.QueryParam("ticket"), c.QueryParam("next")
 }
 
 // maxClaimNext bounds, in bytes once form-encoded, the next a claim link
@@ -333,8 +328,8 @@ func (s *Server) claimLink(c echo.Context) error {
 	if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 		return err
 	}
-	next := form.Get("next")
-	id, deadline, err := s.verifyClaimTicket(c, gate, form.Get("ticket"))
+	ticket, next := claimLinkFields(c)
+	id, deadline, err := s.verifyClaimTicket(c, gate, ticket)
 	if err != nil {
 		return err
 	}
@@ -349,7 +344,7 @@ func (s *Server) claimLink(c echo.Context) error {
 		return err
 	}
 	s.setCookie(c, tok)
-	if next = claimNext(form.Get("ticket"), next); next == "" {
+	if next = claimNext(ticket, next); next == "" {
 		next = "/"
 	}
 	return c.Redirect(http.StatusSeeOther, next)
