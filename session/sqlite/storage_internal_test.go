@@ -376,11 +376,12 @@ func TestBackgroundPassSyncsWhatItCopied(t *testing.T) {
 	assert.EqualValues(t, 3, tries.Load(), "nothing copied, nothing to sync")
 }
 
-// While an Update runs, a pass that copies pages leaves their sync to the
-// first pass after it (its fsyncs would hold a CPU from the joins the
-// update yields to), and the writer restarts no WAL meanwhile (that
-// checkpoint would flush what the passes left, on the writer's path). The
-// test runs the passes itself: the checkpointer's own wait an hour.
+// While an Update runs, a pass that copies pages short of 3/4 of the high
+// mark (one that began before the update) leaves their sync to the first
+// pass after it (its fsyncs would hold a CPU from the joins the update
+// yields to), and the writer restarts no WAL meanwhile (that checkpoint
+// would flush what the passes left, on the writer's path). The test runs
+// the passes itself: the checkpointer's own wait an hour.
 func TestPassDuringAnUpdateSyncsAfterIt(t *testing.T) {
 	restoreCheckpointVars(t)
 	ckptInterval, restartBytes, highBytes = time.Hour, 64<<10, 64<<20
@@ -452,4 +453,29 @@ func TestPassDuringALongUpdateSyncsNearTheHighMark(t *testing.T) {
 		write()
 		return syncs.Load() > 0
 	}, 10*time.Second, 10*time.Millisecond, "a pass synced while the update runs, the WAL past 3/4 of its high mark")
+}
+
+// While an Update runs, background passes wait, and leave their sync to
+// the pass after the update, until the WAL holds 3/4 of the high mark;
+// without an Update, neither.
+func TestCheckpointerHoldsBackDuringAnUpdate(t *testing.T) {
+	k := &checkpointer{highFrames: 1000, updateFrames: 750}
+	for _, tc := range []struct {
+		name     string
+		updating bool
+		frames   int64
+		want     bool
+	}{
+		{"no update", false, 100, false},
+		{"no update, a long WAL", false, 900, false},
+		{"update, a short WAL", true, 100, true},
+		{"update, just under 3/4", true, 749, true},
+		{"update, at 3/4", true, 750, false},
+		{"update, past the high mark", true, 1200, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k.paused = func() bool { return tc.updating }
+			assert.Equal(t, tc.want, k.holdsBack(tc.frames))
+		})
+	}
 }
