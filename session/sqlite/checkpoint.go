@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/anteroomhq/anteroom/session"
 	sqlite "modernc.org/sqlite"
 )
 
@@ -26,8 +27,18 @@ import (
 // writes 127 MB of WAL), passes from restartFrames on gave the joins during
 // the update a p99 of 14-44 ms (21 on average over nine runs), against 7-14
 // ms (10) with passes held back to updateFrames, and made the update 10%
-// slower. The last quarter is the room a pass has to catch up before the
-// writer's forced checkpoint at highFrames.
+// slower.
+//
+// An Update does not write far past updateFrames (Store.waitForRoom):
+// before each of its transactions, once the WAL holds updateFrames, it
+// stops counting as running (passes run and sync, and the writer may
+// restart the WAL at a quiet moment) until a pass has copied and synced
+// all but ckptFrames of the WAL; then the writer checkpoints that residue
+// and restarts the WAL before its next transaction (restartWanted). The
+// joins go on meanwhile, beside the pass. Without the wait, an update
+// writing past highFrames (3% stale at 5M sessions) met the writer's
+// forced checkpoint, which found what the pass had not caught up with: the
+// worst join during it took 300 ms.
 //
 // The WAL restarts from its beginning only when a write transaction begins
 // while every frame is backfilled and synced, which a background checkpoint
@@ -55,8 +66,8 @@ import (
 // that sync to the first pass after it (unsynced), whose fsyncs would hold
 // a CPU from the joins the update yields to; meanwhile the writer does not
 // restart the WAL at a quiet moment, which would flush what the passes
-// left. Past updateFrames a pass syncs at once: the writer's forced
-// checkpoint at highFrames must not find the backlog.
+// left. Past updateFrames a pass syncs at once: the restart that lets the
+// update go on must not find the backlog.
 const (
 	ckptFrames     = 1000
 	residualFrames = 256
@@ -102,13 +113,20 @@ type checkpointer struct {
 	// nudged is written when the writer last nudged (writer only).
 	nudged  int64
 	reading atomic.Pointer[ckptReading]
+	// movedMu guards moved, closed and replaced whenever reading changes or
+	// a checkpoint fails: what an Update waiting for room waits on.
+	movedMu sync.Mutex
+	moved   chan struct{}
+	// restartWanted asks the writer to checkpoint and restart the WAL
+	// before its next transaction (set by an Update that waited for room).
+	restartWanted atomic.Bool
 	// restartFrames and highFrames are restartBytes and highBytes in pages;
 	// while an Update runs, background passes wait, and leave their sync
 	// to the first pass after it, until the WAL holds updateFrames (3/4 of
 	// highFrames).
 	restartFrames, highFrames, updateFrames int64
 
-	stats struct{ background, writer, truncates, synced, failed atomic.Int64 }
+	stats struct{ background, writer, truncates, synced, failed, updateWaits atomic.Int64 }
 	// lastErr is the last checkpoint's error, nil once one succeeds.
 	lastErr atomic.Pointer[error]
 }
@@ -121,6 +139,7 @@ func openCheckpointer(ctx context.Context, dsn string, pageSize int64, paused fu
 	k := &checkpointer{
 		log: log, path: path, c: c, paused: paused, sync: sync,
 		nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		moved:         make(chan struct{}),
 		restartFrames: restartBytes / pageSize, highFrames: highBytes / pageSize,
 	}
 	k.updateFrames = k.highFrames * 3 / 4
@@ -206,7 +225,7 @@ func (k *checkpointer) run() {
 				}
 				k.stats.truncates.Add(1)
 				k.succeeded()
-				k.reading.Store(&ckptReading{writtenAt: w})
+				k.setReading(&ckptReading{writtenAt: w})
 				truncatedAt, lastRun = w, w
 				continue
 			}
@@ -244,7 +263,7 @@ func (k *checkpointer) pass() int64 {
 	}
 	k.stats.background.Add(1)
 	k.succeeded()
-	k.reading.Store(&ckptReading{log: log, done: done, writtenAt: w})
+	k.setReading(&ckptReading{log: log, done: done, writtenAt: w})
 	return w
 }
 
@@ -254,6 +273,27 @@ func (k *checkpointer) pass() int64 {
 // pass after the update.
 func (k *checkpointer) holdsBack(frames int64) bool {
 	return k.paused() && frames < k.updateFrames
+}
+
+// setReading records what a checkpoint saw and wakes those waiting on
+// changed.
+func (k *checkpointer) setReading(r *ckptReading) {
+	k.reading.Store(r)
+	k.wake()
+}
+
+func (k *checkpointer) wake() {
+	k.movedMu.Lock()
+	close(k.moved)
+	k.moved = make(chan struct{})
+	k.movedMu.Unlock()
+}
+
+// changed returns a channel closed at the next reading or failure.
+func (k *checkpointer) changed() <-chan struct{} {
+	k.movedMu.Lock()
+	defer k.movedMu.Unlock()
+	return k.moved
 }
 
 // kick asks for a background pass now.
@@ -268,6 +308,7 @@ func (k *checkpointer) failed(err error) {
 	k.stats.failed.Add(1)
 	k.lastErr.Store(&err)
 	k.log.Warn("anteroom: WAL checkpoint failed", "path", k.path, "err", err)
+	k.wake()
 }
 
 // succeeded clears the last checkpoint error.
@@ -304,6 +345,29 @@ func (k *checkpointer) committed(w *wconn, frames int64, quiet bool) {
 	default:
 		return
 	}
+	k.writerCheckpoint(w, written)
+}
+
+// restartIfWanted runs, on the writer's connection w before its next
+// transaction, the checkpoint an Update that waited for room asked for
+// (restartWanted), unless the WAL restarted meanwhile.
+func (k *checkpointer) restartIfWanted(w *wconn) {
+	if !k.restartWanted.Swap(false) {
+		return
+	}
+	written := k.written.Load()
+	if frames, _ := k.wal(written); frames < k.restartFrames {
+		return
+	}
+	k.mu.Lock()
+	k.writerCheckpoint(w, written)
+}
+
+// writerCheckpoint checkpoints on the writer's connection w, which has
+// appended written frames since Open, and releases k.mu, which the caller
+// holds. When it backfills every frame, the writer's next transaction
+// restarts the WAL.
+func (k *checkpointer) writerCheckpoint(w *wconn, written int64) {
 	busy, log, done, err := checkpoint(w, w.checkpoint)
 	k.mu.Unlock()
 	if err != nil {
@@ -315,5 +379,65 @@ func (k *checkpointer) committed(w *wconn, frames int64, quiet bool) {
 	if !busy && done == log {
 		log, done = 0, 0 // the writer's next transaction restarts the WAL
 	}
-	k.reading.Store(&ckptReading{log: log, done: done, writtenAt: written})
+	k.setReading(&ckptReading{log: log, done: done, writtenAt: written})
+}
+
+// updateWaitLimit bounds how long one Update waits for room in the WAL, in
+// all: past it (a disk that cannot follow) the update goes on, and the
+// writer's forced checkpoint at highFrames bounds the WAL. A variable for
+// the tests.
+var updateWaitLimit = 30 * time.Second
+
+// waitForRoom is called by an Update before each of its transactions. While
+// the WAL holds updateFrames or more, it waits (see above) until a
+// background pass has copied and synced all but ckptFrames, then asks the
+// writer to restart the WAL before its next transaction. budget is what
+// remains of updateWaitLimit for this Update; waitForRoom lowers it by the
+// time it waited. It does not wait after a checkpoint failed (Ready
+// reports it).
+//
+// Errors: ctx's, when it is done while waiting; session.ErrUnavailable
+// when the store is closed.
+func (s *Store) waitForRoom(ctx context.Context, budget *time.Duration) error {
+	k := s.ck
+	var timeout <-chan time.Time
+	start := time.Now()
+	defer func() {
+		if timeout != nil {
+			*budget -= time.Since(start)
+		}
+	}()
+	for {
+		if s.closed.Load() {
+			return session.ErrUnavailable
+		}
+		moved := k.changed()
+		frames, residual := k.wal(k.written.Load())
+		switch {
+		case frames < k.updateFrames || *budget <= 0 || k.lastErr.Load() != nil:
+			return nil
+		case residual <= ckptFrames && !k.unsynced.Load():
+			k.restartWanted.Store(true)
+			return nil
+		}
+		if timeout == nil {
+			k.stats.updateWaits.Add(1)
+			t := time.NewTimer(*budget)
+			defer t.Stop()
+			timeout = t.C
+		}
+		s.updating.Add(-1) // passes run and sync meanwhile
+		k.kick()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+		case <-k.stop: // Close
+		case <-timeout:
+			*budget = 0
+		}
+		s.updating.Add(1)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }

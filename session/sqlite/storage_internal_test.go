@@ -479,3 +479,117 @@ func TestCheckpointerHoldsBackDuringAnUpdate(t *testing.T) {
 		})
 	}
 }
+
+// An Update that writes several times the WAL's high mark waits for room
+// past 3/4 of it: a background pass copies and syncs the WAL, the writer
+// restarts it before the update's next transaction, and the WAL never
+// reaches the high mark, where the writer would checkpoint whatever the
+// pass had not caught up with, on the joins' path.
+func TestUpdateWaitsForRoomInTheWAL(t *testing.T) {
+	restoreCheckpointVars(t)
+	ckptInterval, restartBytes, highBytes = 10*time.Millisecond, 64<<10, 2<<20
+	path := filepath.Join(t.TempDir(), "u.db")
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	cfg := sessiontest.GateConfig("default", 1)
+	ctx := context.Background()
+	const sessions = 20000
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < sessions; i += 8 {
+				if _, err := s.Join(ctx, cfg, "s"+strconv.Itoa(i)+"-padding-to-spread-the-rows", epoch); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		fi, err := os.Stat(path + "-wal")
+		return err == nil && fi.Size() == 0
+	}, 10*time.Second, 10*time.Millisecond, "the joins' WAL is truncated once the writer idles")
+
+	before := s.Stats()
+	rep, err := s.Update(ctx, cfg, epoch.Add(cfg.WaitingTimeout+cfg.ActiveTimeout+time.Hour), 8)
+	require.NoError(t, err)
+	after := s.Stats()
+	t.Logf("%+v, %d frames, %d waits", rep, after.WALFrames-before.WALFrames, after.UpdateWaits)
+	require.EqualValues(t, sessions, rep.PurgedWaiting+rep.PurgedActive)
+	assert.Greater(t, after.WALFrames-before.WALFrames, 3*s.ck.highFrames, "the update wrote several times the high mark")
+	assert.Greater(t, after.UpdateWaits, before.UpdateWaits, "the update waited for room")
+	fi, err := os.Stat(path + "-wal")
+	require.NoError(t, err)
+	assert.Less(t, fi.Size(), highBytes, "the WAL stayed under its high mark")
+}
+
+// waitForRoom, case by case, on a checkpointer of its own (no goroutine):
+// what ends the wait, and what it leaves behind.
+func TestWaitForRoom(t *testing.T) {
+	failure := errors.New("disk")
+	for _, tc := range []struct {
+		name        string
+		log, done   int64 // the WAL as the last pass saw it
+		failed      bool  // the last checkpoint failed
+		budget      time.Duration
+		cancel      bool // ctx is cancelled while it waits
+		close       bool // the store is closed while it waits
+		catchUp     bool // a pass catches up while it waits
+		wantErr     error
+		wantWait    bool // it waited
+		wantRestart bool // it asked the writer to restart the WAL
+		wantBudget  func(time.Duration) bool
+	}{
+		{name: "room", log: 99, budget: time.Hour, wantBudget: isHour},
+		{name: "a pass has caught up", log: 5000, done: 5000 - ckptFrames, budget: time.Hour, wantRestart: true, wantBudget: isHour},
+		{name: "behind: waits for the pass", log: 5000, budget: time.Hour, catchUp: true, wantWait: true, wantRestart: true,
+			wantBudget: func(d time.Duration) bool { return d > 0 && d < time.Hour }},
+		{name: "behind, no budget left", log: 5000, budget: 0, wantBudget: func(d time.Duration) bool { return d == 0 }},
+		{name: "behind, the budget runs out", log: 5000, budget: 20 * time.Millisecond, wantWait: true,
+			wantBudget: func(d time.Duration) bool { return d <= 0 }},
+		{name: "behind, the checkpoints fail", log: 5000, failed: true, budget: time.Hour, wantBudget: isHour},
+		{name: "behind, cancelled", log: 5000, budget: time.Hour, cancel: true, wantWait: true, wantErr: context.Canceled,
+			wantBudget: func(d time.Duration) bool { return d > 0 && d < time.Hour }},
+		{name: "behind, the store closes", log: 5000, budget: time.Hour, close: true, wantWait: true, wantErr: session.ErrUnavailable,
+			wantBudget: func(d time.Duration) bool { return d > 0 && d < time.Hour }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := &checkpointer{updateFrames: 100, nudge: make(chan struct{}, 1), moved: make(chan struct{}), stop: make(chan struct{})}
+			k.reading.Store(&ckptReading{log: tc.log, done: tc.done})
+			if tc.failed {
+				k.lastErr.Store(&failure)
+			}
+			s := &Store{ck: k}
+			s.updating.Store(1) // the Update calling
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel || tc.close || tc.catchUp {
+				go func() {
+					<-k.nudge // it waits, and asked for a pass
+					assert.Zero(t, s.updating.Load(), "a waiting update does not hold the passes back")
+					switch {
+					case tc.cancel:
+						cancel()
+						return
+					case tc.close: // as Close does
+						s.closed.Store(true)
+						close(k.stop)
+						return
+					}
+					k.setReading(&ckptReading{log: tc.log, done: tc.log})
+				}()
+			}
+			budget := tc.budget
+			err := s.waitForRoom(ctx, &budget)
+			assert.ErrorIs(t, err, tc.wantErr) // nil: no error
+			assert.EqualValues(t, 1, s.updating.Load(), "the update counts as running again")
+			assert.Equal(t, tc.wantWait, k.stats.updateWaits.Load() == 1)
+			assert.Equal(t, tc.wantRestart, k.restartWanted.Load())
+			assert.True(t, tc.wantBudget(budget), "budget left: %v", budget)
+		})
+	}
+}
+
+func isHour(d time.Duration) bool { return d == time.Hour }

@@ -162,6 +162,9 @@ type Stats struct {
 	// CheckpointSyncs counts the database syncs that followed a background
 	// checkpoint which copied pages (checkpoint.go).
 	CheckpointSyncs int64
+	// UpdateWaits counts the Update transactions that waited for a
+	// background pass to make room in the WAL (checkpoint.go).
+	UpdateWaits int64
 }
 
 // Store is the SQLite session.Store. Create it with Open; it is safe for
@@ -540,6 +543,7 @@ func (s *Store) Stats() Stats {
 		Checkpoints:        s.ck.stats.background.Load() + s.ck.stats.truncates.Load(),
 		WriterCheckpoints:  s.ck.stats.writer.Load(),
 		CheckpointSyncs:    s.ck.stats.synced.Load(),
+		UpdateWaits:        s.ck.stats.updateWaits.Load(),
 	}
 }
 
@@ -667,7 +671,12 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		now:           now.UnixNano(),
 	}
 	var took time.Duration
+	waitBudget := updateWaitLimit
 	for !step.finished {
+		if err := s.waitForRoom(ctx, &waitBudget); err != nil {
+			rep.Duration = time.Since(start)
+			return rep, err
+		}
 		step.chunk = adaptChunk(step.chunk, chunk, len(s.ops), took)
 		t0 := time.Now()
 		o := newOp(ctx, opUpdate)

@@ -174,6 +174,7 @@ func (s *Store) run() {
 	ops := make([]*op, 0, s.maxBatch)
 	for o := range s.ops {
 		ops = s.gather(append(ops[:0], o), runtime.Gosched)
+		s.ck.restartIfWanted(&s.wc)
 		s.runBatch(ops)
 		clear(ops)
 		s.ck.committed(&s.wc, s.wc.framesWritten(), len(s.ops) == 0 && s.updating.Load() == 0)
