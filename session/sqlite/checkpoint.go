@@ -393,8 +393,9 @@ var updateWaitLimit = 30 * time.Second
 // background pass has copied and synced all but ckptFrames, then asks the
 // writer to restart the WAL before its next transaction. budget is what
 // remains of updateWaitLimit for this Update; waitForRoom lowers it by the
-// time it waited. It does not wait after a checkpoint failed (Ready
-// reports it).
+// time it waited. Past the budget it no longer waits, but still asks for
+// the restart once a pass has caught up. It does not wait after a
+// checkpoint failed (Ready reports it).
 //
 // Errors: ctx's, when it is done while waiting; session.ErrUnavailable
 // when the store is closed.
@@ -414,11 +415,13 @@ func (s *Store) waitForRoom(ctx context.Context, budget *time.Duration) error {
 		moved := k.changed()
 		frames, residual := k.wal(k.written.Load())
 		switch {
-		case frames < k.updateFrames || *budget <= 0 || k.lastErr.Load() != nil:
+		case frames < k.updateFrames || k.lastErr.Load() != nil:
 			return nil
 		case residual <= ckptFrames && !k.unsynced.Load():
 			k.restartWanted.Store(true)
 			return nil
+		case *budget <= 0:
+			return nil // no more waiting; a restart when a pass catches up
 		}
 		if timeout == nil {
 			k.stats.updateWaits.Add(1)

@@ -547,6 +547,11 @@ func TestWaitForRoom(t *testing.T) {
 		{name: "behind: waits for the pass", log: 5000, budget: time.Hour, catchUp: true, wantWait: true, wantRestart: true,
 			wantBudget: func(d time.Duration) bool { return d > 0 && d < time.Hour }},
 		{name: "behind, no budget left", log: 5000, budget: 0, wantBudget: func(d time.Duration) bool { return d == 0 }},
+		// Past its budget an update no longer waits, but it still asks for
+		// the restart a pass made cheap: else the WAL grows to the high
+		// mark, where the writer checkpoints whatever the passes left.
+		{name: "a pass has caught up, no budget left", log: 5000, done: 5000 - ckptFrames, budget: 0, wantRestart: true,
+			wantBudget: func(d time.Duration) bool { return d == 0 }},
 		{name: "behind, the budget runs out", log: 5000, budget: 20 * time.Millisecond, wantWait: true,
 			wantBudget: func(d time.Duration) bool { return d <= 0 }},
 		{name: "behind, the checkpoints fail", log: 5000, failed: true, budget: time.Hour, wantBudget: isHour},
