@@ -68,13 +68,11 @@ import (
 // restart the WAL at a quiet moment, which would flush what the passes
 // left. Past updateFrames a pass syncs at once: the restart that lets the
 // update go on must not find the backlog.
-const (
-	ckptFrames     = 1000
-	residualFrames = 256
-)
+const residualFrames = 256
 
 // Variables for the tests, which set them before Open.
 var (
+	ckptFrames   int64 = 1000
 	ckptInterval       = time.Second
 	restartBytes int64 = 64 << 20
 	highBytes    int64 = 256 << 20
