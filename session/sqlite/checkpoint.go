@@ -98,7 +98,8 @@ type checkpointer struct {
 	nudge chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
-	// paused reports whether background passes wait (an Update runs).
+	// paused reports whether an Update runs (and does not wait for room):
+	// then background passes wait while the WAL is short of updateFrames.
 	paused func() bool
 	// sync makes durable what a background pass copied (see above).
 	sync func() error
