@@ -68,13 +68,11 @@ import (
 // restart the WAL at a quiet moment, which would flush what the passes
 // left. Past updateFrames a pass syncs at once: the restart that lets the
 // update go on must not find the backlog.
-const (
-	ckptFrames     = 1000
-	residualFrames = 256
-)
+const residualFrames = 256
 
 // Variables for the tests, which set them before Open.
 var (
+	ckptFrames   int64 = 1000
 	ckptInterval       = time.Second
 	restartBytes int64 = 64 << 20
 	highBytes    int64 = 256 << 20
@@ -100,7 +98,8 @@ type checkpointer struct {
 	nudge chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
-	// paused reports whether background passes wait (an Update runs).
+	// paused reports whether an Update runs (and does not wait for room):
+	// then background passes wait while the WAL is short of updateFrames.
 	paused func() bool
 	// sync makes durable what a background pass copied (see above).
 	sync func() error
@@ -393,8 +392,9 @@ var updateWaitLimit = 30 * time.Second
 // background pass has copied and synced all but ckptFrames, then asks the
 // writer to restart the WAL before its next transaction. budget is what
 // remains of updateWaitLimit for this Update; waitForRoom lowers it by the
-// time it waited. It does not wait after a checkpoint failed (Ready
-// reports it).
+// time it waited. Past the budget it no longer waits, but still asks for
+// the restart once a pass has caught up. It does not wait after a
+// checkpoint failed (Ready reports it).
 //
 // Errors: ctx's, when it is done while waiting; session.ErrUnavailable
 // when the store is closed.
@@ -414,11 +414,13 @@ func (s *Store) waitForRoom(ctx context.Context, budget *time.Duration) error {
 		moved := k.changed()
 		frames, residual := k.wal(k.written.Load())
 		switch {
-		case frames < k.updateFrames || *budget <= 0 || k.lastErr.Load() != nil:
+		case frames < k.updateFrames || k.lastErr.Load() != nil:
 			return nil
 		case residual <= ckptFrames && !k.unsynced.Load():
 			k.restartWanted.Store(true)
 			return nil
+		case *budget <= 0:
+			return nil // no more waiting; a restart when a pass catches up
 		}
 		if timeout == nil {
 			k.stats.updateWaits.Add(1)

@@ -408,15 +408,15 @@ func TestPassDuringAnUpdateSyncsAfterIt(t *testing.T) {
 	assert.Positive(t, s.Stats().WriterCheckpoints, "then the writer restarts the WAL again")
 }
 
-// restoreCheckpointVars restores ckptInterval, restartBytes and highBytes
-// at the end of the test, after the store's Close (a cleanup registered
+// restoreCheckpointVars restores ckptFrames, ckptInterval, restartBytes and
+// highBytes at the end of the test, after the store's Close (a cleanup registered
 // before openWriting's runs after it): a deferred restore runs before the
 // cleanups, while the checkpointer goroutine, which read ckptInterval when
 // it started, still runs, and the race detector reports the write.
 func restoreCheckpointVars(t *testing.T) {
 	t.Helper()
-	i, r, h := ckptInterval, restartBytes, highBytes
-	t.Cleanup(func() { ckptInterval, restartBytes, highBytes = i, r, h })
+	f, i, r, h := ckptFrames, ckptInterval, restartBytes, highBytes
+	t.Cleanup(func() { ckptFrames, ckptInterval, restartBytes, highBytes = f, i, r, h })
 }
 
 // openWriting opens a store in a temporary directory, closed at the end of
@@ -484,10 +484,13 @@ func TestCheckpointerHoldsBackDuringAnUpdate(t *testing.T) {
 // past 3/4 of it: a background pass copies and syncs the WAL, the writer
 // restarts it before the update's next transaction, and the WAL never
 // reaches the high mark, where the writer would checkpoint whatever the
-// pass had not caught up with, on the joins' path.
+// pass had not caught up with, on the joins' path. ckptFrames is well
+// under 3/4 of the high mark, as in production (1,000 of 49,152): else
+// the residue is always small enough and the update waits only for the
+// sync of a pass that happened to run, which one CPU (-cpu 1) never sees.
 func TestUpdateWaitsForRoomInTheWAL(t *testing.T) {
 	restoreCheckpointVars(t)
-	ckptInterval, restartBytes, highBytes = 10*time.Millisecond, 64<<10, 2<<20
+	ckptFrames, ckptInterval, restartBytes, highBytes = 64, 10*time.Millisecond, 64<<10, 2<<20
 	path := filepath.Join(t.TempDir(), "u.db")
 	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
@@ -525,6 +528,45 @@ func TestUpdateWaitsForRoomInTheWAL(t *testing.T) {
 	assert.Less(t, fi.Size(), highBytes, "the WAL stayed under its high mark")
 }
 
+// An Update that waited for room asks the writer to checkpoint what the
+// pass left and restart the WAL before its next transaction, once; not
+// when the WAL restarted meanwhile. The test runs the pass itself: the
+// checkpointer's own wait an hour, and while the update runs (updating)
+// neither a quiet moment nor the high mark lets the writer checkpoint.
+func TestWriterRestartsTheWALWhenAnUpdateAsks(t *testing.T) {
+	restoreCheckpointVars(t)
+	ckptInterval, restartBytes, highBytes = time.Hour, 64<<10, 64<<20
+	s, write := openWriting(t)
+	s.updating.Add(1) // as Update does while it runs
+	defer s.updating.Add(-1)
+	write()
+	s.ck.pass()
+	write() // what the pass left
+	frames, residual := s.ck.wal(s.ck.written.Load())
+	require.GreaterOrEqual(t, frames, s.ck.restartFrames)
+	require.Positive(t, residual)
+	require.Zero(t, s.Stats().WriterCheckpoints)
+
+	join := func(id string) {
+		_, err := s.Join(context.Background(), sessiontest.GateConfig("default", 10), id, epoch)
+		require.NoError(t, err)
+	}
+	s.ck.restartWanted.Store(true)
+	join("after-the-restart")
+	assert.EqualValues(t, 1, s.Stats().WriterCheckpoints, "the writer checkpointed before its next transaction")
+	assert.False(t, s.ck.restartWanted.Load())
+	frames, residual = s.ck.wal(s.ck.written.Load())
+	assert.Less(t, frames, s.ck.restartFrames, "the WAL restarted")
+	assert.Equal(t, frames, residual)
+	s.ck.pass()
+	assert.Less(t, s.ck.reading.Load().log, s.ck.restartFrames, "the WAL restarted, as SQLite sees it")
+
+	s.ck.restartWanted.Store(true) // asked again, the WAL short of restartFrames
+	join("asked-again")
+	assert.EqualValues(t, 1, s.Stats().WriterCheckpoints, "no checkpoint: the WAL restarted meanwhile")
+	assert.False(t, s.ck.restartWanted.Load())
+}
+
 // waitForRoom, case by case, on a checkpointer of its own (no goroutine):
 // what ends the wait, and what it leaves behind.
 func TestWaitForRoom(t *testing.T) {
@@ -547,6 +589,11 @@ func TestWaitForRoom(t *testing.T) {
 		{name: "behind: waits for the pass", log: 5000, budget: time.Hour, catchUp: true, wantWait: true, wantRestart: true,
 			wantBudget: func(d time.Duration) bool { return d > 0 && d < time.Hour }},
 		{name: "behind, no budget left", log: 5000, budget: 0, wantBudget: func(d time.Duration) bool { return d == 0 }},
+		// Past its budget an update no longer waits, but it still asks for
+		// the restart a pass made cheap: else the WAL grows to the high
+		// mark, where the writer checkpoints whatever the passes left.
+		{name: "a pass has caught up, no budget left", log: 5000, done: 5000 - ckptFrames, budget: 0, wantRestart: true,
+			wantBudget: func(d time.Duration) bool { return d == 0 }},
 		{name: "behind, the budget runs out", log: 5000, budget: 20 * time.Millisecond, wantWait: true,
 			wantBudget: func(d time.Duration) bool { return d <= 0 }},
 		{name: "behind, the checkpoints fail", log: 5000, failed: true, budget: time.Hour, wantBudget: isHour},

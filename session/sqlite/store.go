@@ -646,9 +646,13 @@ func (s *Store) Touch(ctx context.Context, gate string, touches []session.Touch)
 // (chunk <= 0 means session.DefaultUpdateChunk). The steps go through the
 // writer, so they
 // serialise with joins, and each transaction's commit is reported to the
-// listener. A tick with little to do takes one transaction.
+// listener. A tick with little to do takes one transaction. Once the WAL
+// holds 3/4 of its high mark, the update waits before its next
+// transaction until a background checkpoint has made room (30 s at most
+// in all; checkpoint.go), the joins going on meanwhile.
 //
-// Errors: those of Join; on error the report counts what was committed.
+// Errors: those of Join (ctx's also when it ends that wait); on error the
+// report counts what was committed.
 func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Time, chunk int) (session.UpdateReport, error) {
 	start := time.Now()
 	rep := session.UpdateReport{Gate: cfg.Name}
