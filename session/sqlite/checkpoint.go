@@ -3,8 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql/driver"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,9 +52,14 @@ import (
 // small (residualFrames) and the moment is quiet: no op queued, no Update
 // running. Should the WAL pass highFrames anyway (a load the checkpointer
 // cannot follow, or one without pauses), the writer checkpoints at the next
-// transaction whatever it costs. When the writer has been idle for a whole
+// transaction whatever it costs. A writer checkpoint that backfilled every
+// frame counts the WAL as restarted; SQLite restarts it at the next write
+// transaction only when no reader still reads from it, so the writer's next
+// commit checks the WAL's salt (checkRestart) and, when a reader kept it,
+// counts the WAL as it was. When the writer has been idle for a whole
 // interval, the checkpointer truncates the WAL file (TRUNCATE), which also
-// restarts it. Close checkpoints and truncates it last.
+// restarts it, unless a reader blocks it (it then truncates nothing, and
+// the next tick tries again). Close checkpoints and truncates it last.
 //
 // SQLite syncs the database file only after a checkpoint that reached the
 // end of the WAL. Under a steady stream of commits (an Update and the joins
@@ -119,13 +126,22 @@ type checkpointer struct {
 	// restartWanted asks the writer to checkpoint and restart the WAL
 	// before its next transaction (set by an Update that waited for room).
 	restartWanted atomic.Bool
+	// assumed is the restart a writer checkpoint that backfilled every
+	// frame took for granted, checked at the writer's next commit (writer
+	// only; nil when none).
+	assumed *assumedRestart
 	// restartFrames and highFrames are restartBytes and highBytes in pages;
 	// while an Update runs, background passes wait, and leave their sync
 	// to the first pass after it, until the WAL holds updateFrames (3/4 of
 	// highFrames).
 	restartFrames, highFrames, updateFrames int64
 
-	stats struct{ background, writer, truncates, synced, failed, updateWaits atomic.Int64 }
+	stats struct {
+		background, writer, truncates, synced, failed, updateWaits atomic.Int64
+		// restartsMissed counts the restarts a reader prevented
+		// (checkRestart), truncatesBlocked the idle TRUNCATEs one did.
+		restartsMissed, truncatesBlocked atomic.Int64
+	}
 	// lastErr is the last checkpoint's error, nil once one succeeds.
 	lastErr atomic.Pointer[error]
 }
@@ -216,15 +232,21 @@ func (k *checkpointer) run() {
 				// Nothing written for a whole interval: backfill all and
 				// give the disk space back.
 				k.mu.Lock()
-				_, _, _, err := checkpoint(&k.args, k.st.truncate)
+				busy, log, done, err := checkpoint(&k.args, k.st.truncate)
 				k.mu.Unlock()
 				if err != nil {
 					k.failed(err)
 					continue
 				}
-				k.stats.truncates.Add(1)
 				k.succeeded()
-				k.setReading(&ckptReading{writtenAt: w})
+				// Blocked by a reader, it truncated nothing: the WAL is
+				// as it says, and the next tick tries again.
+				k.setReading(&ckptReading{log: log, done: done, writtenAt: w})
+				if busy {
+					k.stats.truncatesBlocked.Add(1)
+					continue
+				}
+				k.stats.truncates.Add(1)
 				truncatedAt, lastRun = w, w
 				continue
 			}
@@ -326,6 +348,7 @@ func (k *checkpointer) committed(w *wconn, frames int64, quiet bool) {
 		return
 	}
 	written := k.written.Add(frames)
+	k.checkRestart()
 	if written-k.nudged >= ckptFrames {
 		k.nudged = written
 		k.kick()
@@ -375,10 +398,66 @@ func (k *checkpointer) writerCheckpoint(w *wconn, written int64) {
 	}
 	k.stats.writer.Add(1)
 	k.succeeded()
+	r := &ckptReading{log: log, done: done, writtenAt: written}
 	if !busy && done == log {
-		log, done = 0, 0 // the writer's next transaction restarts the WAL
+		// The writer's next transaction restarts the WAL, unless a reader
+		// still reads from it then: committed checks the WAL's salt.
+		if salt, ok := walSalt(k.path); ok {
+			k.assumed = &assumedRestart{salt: salt, was: *r}
+		}
+		r = &ckptReading{writtenAt: written}
+		if k.assumed != nil {
+			k.assumed.reading = r
+		}
 	}
-	k.setReading(&ckptReading{log: log, done: done, writtenAt: written})
+	k.setReading(r)
+}
+
+// assumedRestart is a WAL restart that a writer checkpoint took for
+// granted: the WAL's salt then, the reading it stored (the WAL empty) and
+// the one it would have stored otherwise.
+type assumedRestart struct {
+	salt    uint64
+	reading *ckptReading
+	was     ckptReading
+}
+
+// checkRestart runs after the writer's first commit that followed an
+// assumed restart. SQLite restarts the WAL at a write transaction only when
+// no reader still reads from it; when one did, the salt is unchanged and
+// the commit's frames went on at the WAL's end, so the reading goes back to
+// what the checkpoint saw (unless a background pass has stored a newer one
+// meanwhile). Left alone, the estimate would count the WAL empty: passes
+// would wait and no checkpoint would start while the real WAL grew.
+func (k *checkpointer) checkRestart() {
+	a := k.assumed
+	if a == nil {
+		return
+	}
+	k.assumed = nil
+	if salt, ok := walSalt(k.path); ok && salt == a.salt {
+		if k.reading.CompareAndSwap(a.reading, &a.was) {
+			k.stats.restartsMissed.Add(1)
+			k.wake()
+		}
+	}
+}
+
+// walSalt reads the salt of the WAL of the database at path from the
+// header of its wal-index (the -shm file, which SQLite maps shared: a
+// WalIndexHdr, whose aSalt is at byte 32, in native byte order). SQLite
+// changes it whenever the WAL restarts. ok is false when it cannot be read.
+func walSalt(path string) (salt uint64, ok bool) {
+	f, err := os.Open(path + "-shm")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var hdr [40]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return 0, false
+	}
+	return binary.NativeEndian.Uint64(hdr[32:40]), true
 }
 
 // updateWaitLimit bounds how long one Update waits for room in the WAL, in

@@ -640,3 +640,98 @@ func TestWaitForRoom(t *testing.T) {
 }
 
 func isHour(d time.Duration) bool { return d == time.Hour }
+
+// A writer checkpoint that backfilled the whole WAL expects the writer's
+// next transaction to restart it, which SQLite does only when no reader
+// still reads from the WAL. When a reader prevented it, the estimate goes
+// back to the WAL as the checkpoint saw it (else it would count an empty
+// WAL while the real one grows: passes would wait and no checkpoint would
+// start); when nothing did, the estimate stays at the restarted WAL.
+func TestAMissedWALRestartIsNoticed(t *testing.T) {
+	restoreCheckpointVars(t)
+	// No background pass, and no quiet restart: the residue is above
+	// residualFrames by the time the WAL reaches the restart mark.
+	ckptFrames, ckptInterval, restartBytes, highBytes = 1<<40, time.Hour, 2<<20, 64<<20
+	s, write := openWriting(t)
+	cfg := sessiontest.GateConfig("default", 10)
+	ctx := context.Background()
+	estimate := func() int64 { frames, _ := s.ck.wal(s.ck.written.Load()); return frames }
+	// settle returns once the writer has finished with the last batch: a
+	// caller is answered before the writer counts the batch's frames, and
+	// the writer takes the next op (this Leave of nobody, which writes
+	// nothing) only after.
+	settle := func() {
+		_, err := s.Leave(ctx, cfg, "nobody", epoch)
+		require.ErrorIs(t, err, session.ErrNotFound)
+	}
+	for estimate() < s.ck.restartFrames {
+		write()
+	}
+	before := estimate()
+
+	db, err := sqlOpen(s.path)
+	require.NoError(t, err)
+	defer db.Close()
+	reader, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, reader.QueryRow("SELECT count(*) FROM sessions").Scan(&n)) // it reads from the WAL
+	require.Positive(t, n)
+
+	s.ck.restartWanted.Store(true) // the writer checkpoints before the join
+	_, err = s.Join(ctx, cfg, "kept-from-restarting", epoch)
+	require.NoError(t, err)
+	settle()
+	assert.EqualValues(t, 1, s.Stats().MissedRestarts)
+	assert.Greater(t, estimate(), before, "the WAL did not restart: its frames are still counted, and the join's")
+
+	require.NoError(t, reader.Rollback())
+	s.ck.restartWanted.Store(true)
+	_, err = s.Join(ctx, cfg, "restarted", epoch)
+	require.NoError(t, err)
+	settle()
+	assert.EqualValues(t, 1, s.Stats().MissedRestarts, "no reader: the WAL restarted")
+	assert.Less(t, estimate(), s.ck.restartFrames, "counted from the restart")
+}
+
+// The idle writer's TRUNCATE, blocked by a reader, truncates nothing: the
+// estimate keeps the WAL as it is, and a later tick truncates it once the
+// reader is gone.
+func TestABlockedTruncateKeepsTheWALCounted(t *testing.T) {
+	restoreCheckpointVars(t)
+	// The writer is idle for a whole interval before the TRUNCATE, which
+	// waits for the reader (and holds writers back) for BusyTimeout.
+	ckptFrames, ckptInterval, restartBytes, highBytes = 1<<40, 100*time.Millisecond, 2<<20, 64<<20
+	path := filepath.Join(t.TempDir(), "t.db")
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler), BusyTimeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	cfg := sessiontest.GateConfig("default", 10)
+	ctx := context.Background()
+	for i := range 20 {
+		_, err := s.Join(ctx, cfg, "s"+strconv.Itoa(i), epoch)
+		require.NoError(t, err)
+	}
+	db, err := sqlOpen(path)
+	require.NoError(t, err)
+	defer db.Close()
+	reader, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, reader.QueryRow("SELECT count(*) FROM sessions").Scan(&n)) // from the WAL
+	require.Equal(t, 20, n)
+	require.Eventually(t, func() bool { return s.ck.stats.truncatesBlocked.Load() > 0 },
+		5*time.Second, 5*time.Millisecond, "the idle writer's TRUNCATE ran, and the reader blocked it")
+	frames, _ := s.ck.wal(s.ck.written.Load())
+	assert.Positive(t, frames, "a reader kept the WAL: it is still counted")
+	assert.Zero(t, s.ck.stats.truncates.Load())
+
+	require.NoError(t, reader.Rollback())
+	require.Eventually(t, func() bool { return s.ck.stats.truncates.Load() > 0 },
+		5*time.Second, 5*time.Millisecond, "a later tick truncates it") // counted after its reading
+	fi, err := os.Stat(path + "-wal")
+	require.NoError(t, err)
+	assert.Zero(t, fi.Size())
+	frames, _ = s.ck.wal(s.ck.written.Load())
+	assert.Zero(t, frames)
+}

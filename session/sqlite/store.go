@@ -165,6 +165,9 @@ type Stats struct {
 	// UpdateWaits counts the Update transactions that waited for a
 	// background pass to make room in the WAL (checkpoint.go).
 	UpdateWaits int64
+	// MissedRestarts counts the WAL restarts a writer checkpoint expected
+	// and a reader prevented (checkpoint.go).
+	MissedRestarts int64
 }
 
 // Store is the SQLite session.Store. Create it with Open; it is safe for
@@ -544,6 +547,7 @@ func (s *Store) Stats() Stats {
 		WriterCheckpoints:  s.ck.stats.writer.Load(),
 		CheckpointSyncs:    s.ck.stats.synced.Load(),
 		UpdateWaits:        s.ck.stats.updateWaits.Load(),
+		MissedRestarts:     s.ck.stats.restartsMissed.Load(),
 	}
 }
 
