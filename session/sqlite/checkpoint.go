@@ -58,8 +58,11 @@ import (
 // commit checks the WAL's salt (checkRestart) and, when a reader kept it,
 // counts the WAL as it was. When the writer has been idle for a whole
 // interval, the checkpointer truncates the WAL file (TRUNCATE), which also
-// restarts it, unless a reader blocks it (it then truncates nothing, and
-// the next tick tries again). Close checkpoints and truncates it last.
+// restarts it, unless a reader blocks it: SQLite's TRUNCATE holds the
+// write lock while it waits for readers, so the checkpointer's connection
+// has no busy timeout, and a blocked TRUNCATE gives up at once, truncates
+// nothing, and the next tick tries again. Close checkpoints and truncates
+// it last.
 //
 // SQLite syncs the database file only after a checkpoint that reached the
 // end of the WAL. Under a steady stream of commits (an Update and the joins

@@ -694,16 +694,19 @@ func TestAMissedWALRestartIsNoticed(t *testing.T) {
 	assert.Less(t, estimate(), s.ck.restartFrames, "counted from the restart")
 }
 
-// The idle writer's TRUNCATE, blocked by a reader, truncates nothing: the
-// estimate keeps the WAL as it is, and a later tick truncates it once the
-// reader is gone.
+// The idle writer's TRUNCATE, blocked by a reader, gives up at once and
+// truncates nothing: it neither holds writers back while the reader reads
+// (SQLite's TRUNCATE holds the write lock while it waits for readers, for
+// the connection's busy timeout), nor counts the WAL as empty; a later
+// tick truncates it once the reader is gone.
 func TestABlockedTruncateKeepsTheWALCounted(t *testing.T) {
 	restoreCheckpointVars(t)
-	// The writer is idle for a whole interval before the TRUNCATE, which
-	// waits for the reader (and holds writers back) for BusyTimeout.
+	// The writer is idle for a whole interval before the TRUNCATE. A busy
+	// timeout of a minute: a TRUNCATE that waited for the reader would
+	// hold the join below for that long.
 	ckptFrames, ckptInterval, restartBytes, highBytes = 1<<40, 100*time.Millisecond, 2<<20, 64<<20
 	path := filepath.Join(t.TempDir(), "t.db")
-	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler), BusyTimeout: 20 * time.Millisecond})
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler), BusyTimeout: time.Minute})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	cfg := sessiontest.GateConfig("default", 10)
@@ -725,6 +728,14 @@ func TestABlockedTruncateKeepsTheWALCounted(t *testing.T) {
 	frames, _ := s.ck.wal(s.ck.written.Load())
 	assert.Positive(t, frames, "a reader kept the WAL: it is still counted")
 	assert.Zero(t, s.ck.stats.truncates.Load())
+	joined := make(chan error, 1)
+	go func() { _, err := s.Join(ctx, cfg, "while-the-reader-reads", epoch); joined <- err }()
+	select {
+	case err := <-joined:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a join waited behind the blocked TRUNCATE")
+	}
 
 	require.NoError(t, reader.Rollback())
 	require.Eventually(t, func() bool { return s.ck.stats.truncates.Load() > 0 },

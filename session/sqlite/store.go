@@ -381,7 +381,10 @@ func (s *Store) open(opts Options) error {
 		return fmt.Errorf("page size: %w", err)
 	}
 	pageSize := max(asInt(dest[0]), 512)
-	s.ck, err = openCheckpointer(ctx, dsn(s.path, busy, "synchronous(NORMAL)", "wal_autocheckpoint(0)"), pageSize,
+	// No busy timeout for the checkpointer: PASSIVE never waits, and a
+	// TRUNCATE that waited for a reader would hold the write lock, and
+	// every join, that long; blocked, it gives up and a later tick retries.
+	s.ck, err = openCheckpointer(ctx, dsn(s.path, busyPragma(0), "synchronous(NORMAL)", "wal_autocheckpoint(0)"), pageSize,
 		func() bool { return s.updating.Load() > 0 }, s.syncCopied, s.log, s.path)
 	if err != nil {
 		return err
