@@ -402,16 +402,15 @@ func (k *checkpointer) writerCheckpoint(w *wconn, written int64) {
 	k.stats.writer.Add(1)
 	k.succeeded()
 	r := &ckptReading{log: log, done: done, writtenAt: written}
+	k.assumed = nil
 	if !busy && done == log {
 		// The writer's next transaction restarts the WAL, unless a reader
 		// still reads from it then: committed checks the WAL's salt.
+		empty := &ckptReading{writtenAt: written}
 		if salt, ok := walSalt(k.path); ok {
-			k.assumed = &assumedRestart{salt: salt, was: *r}
+			k.assumed = &assumedRestart{salt: salt, reading: empty, was: *r}
 		}
-		r = &ckptReading{writtenAt: written}
-		if k.assumed != nil {
-			k.assumed.reading = r
-		}
+		r = empty
 	}
 	k.setReading(r)
 }
