@@ -377,7 +377,9 @@ func (k *checkpointer) committed(w *wconn, frames int64, quiet bool) {
 // transaction, the checkpoint an Update that waited for room asked for
 // (restartWanted), unless the WAL restarted meanwhile.
 func (k *checkpointer) restartIfWanted(w *wconn) {
-	if !k.restartWanted.Swap(false) {
+	// Called before every batch: a plain load while nothing is asked, so
+	// that the joins' path does not write the flag's cache line.
+	if !k.restartWanted.Load() || !k.restartWanted.Swap(false) {
 		return
 	}
 	written := k.written.Load()
