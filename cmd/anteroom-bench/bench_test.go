@@ -317,6 +317,8 @@ func TestBulkSeedAndScaleScenarios(t *testing.T) {
 			assert.Contains(t, res[1].Metric, "bare SQL")
 			require.NotNil(t, res[1].Baseline)
 			assert.Positive(t, *res[1].Baseline)
+			// Its parts, each with the rows it changed (smoke: 1% of 3,000).
+			assert.Regexp(t, `\d+ ms for the 15 stale waiters \(scattered over the line\), \d+ ms for the 15 stale active sessions and \d+ ms to promote 15 waiters`, res[1].Note)
 			// The joins after the update are timed too, against the same
 			// baseline as those during it: its checkpoint comes after it.
 			assert.Contains(t, res[3].Metric, "after the update")
