@@ -402,6 +402,12 @@ func TestFanoutComparesWithARawWriteLoop(t *testing.T) {
 	for _, m := range []string{"state change -> last of N sockets", "server memory/socket (HeapInuse+StackInuse)", "server memory/socket (VmRSS)"} {
 		assert.Contains(t, metrics, m)
 	}
+	// The memory rows judge against issue 14's goal.
+	for _, m := range []string{"server memory/socket (HeapInuse+StackInuse)", "server memory/socket (VmRSS)"} {
+		assert.Equal(t, checkValueMax, metrics[m].Check, m)
+		assert.InDelta(t, 14, metrics[m].Want, 0, m)
+		assert.Equal(t, "<= 14 KB", metrics[m].Target, m)
+	}
 	r, ok := metrics["state change -> last of N sockets vs a raw write loop"]
 	require.True(t, ok, "the raw write loop row: %v", res)
 	require.NotNil(t, r.Baseline)
