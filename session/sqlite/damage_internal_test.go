@@ -309,3 +309,52 @@ func TestIdentityForgetsADeletedGate(t *testing.T) {
 	require.ErrorIs(t, err, ErrDamaged)
 	assert.Contains(t, err.Error(), `gate "a" is missing, but 1 positions were already handed out`)
 }
+
+// While an Update runs, the identity record (and its fsync of the WAL the
+// update writes) waits for the update to end, up to recordDeferLimit since
+// the last record; past it, the record is made during the update.
+func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit time.Duration
+		// recordedDuring: the record is made while the update still runs.
+		recordedDuring bool
+	}{
+		{"within the limit it waits", time.Hour, false},
+		{"past the limit it records", 20 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func(r, l time.Duration) { recordInterval, recordDeferLimit = r, l }(recordInterval, recordDeferLimit)
+			recordInterval, recordDeferLimit = 5*time.Millisecond, tc.limit
+			path := filepath.Join(t.TempDir(), "r.db")
+			s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			defer s.Close()
+			ctx := context.Background()
+			recorded := func() int64 {
+				id, err := readIdentity(path + ".id")
+				if err != nil || id == nil {
+					return 0
+				}
+				return id.NextPosition["a"]
+			}
+			_, err = s.Join(ctx, sessiontest.GateConfig("a", 1), "x", epoch)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return recorded() == 2 }, 10*time.Second, time.Millisecond)
+
+			s.updating.Add(1) // an Update runs
+			_, err = s.Join(ctx, sessiontest.GateConfig("a", 1), "y", epoch)
+			require.NoError(t, err)
+			if tc.recordedDuring {
+				require.Eventually(t, func() bool { return recorded() == 3 }, 10*time.Second, time.Millisecond)
+				s.updating.Add(-1)
+				return
+			}
+			deferred := s.Stats().RecordsDeferred
+			require.Eventually(t, func() bool { return s.Stats().RecordsDeferred >= deferred+3 }, 10*time.Second, time.Millisecond)
+			assert.EqualValues(t, 2, recorded(), "no record while the update runs")
+			s.updating.Add(-1)
+			require.Eventually(t, func() bool { return recorded() == 3 }, 10*time.Second, time.Millisecond, "recorded once the update ended")
+		})
+	}
+}

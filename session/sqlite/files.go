@@ -410,12 +410,23 @@ func (s *Store) recordLoop() {
 }
 
 func (s *Store) recordOnce() {
+	// While an Update runs the record waits, up to recordDeferLimit since
+	// the last one: its fsync of the WAL the update is writing takes tens
+	// of milliseconds, and a goroutine in a long system call keeps one of
+	// the process's CPUs until the runtime takes it back, away from the
+	// joins the update yields to (the checkpointer's syncs wait likewise).
+	// A later record is as safe: the high-water mark only lags.
+	if s.updating.Load() > 0 && time.Since(s.lastRecord) < recordDeferLimit {
+		s.stats.recordsDeferred.Add(1)
+		return
+	}
 	if err := s.recordIdentity(context.Background(), false); err != nil {
 		if s.recordErr.Swap(&err) == nil {
 			s.log.Error("anteroom: recording the database's high-water mark failed", "path", s.path, "err", err)
 		}
 		return
 	}
+	s.lastRecord = time.Now()
 	if s.recordErr.Swap(nil) != nil {
 		s.log.Info("anteroom: recording the database's high-water mark works again", "path", s.path)
 	}
@@ -424,9 +435,12 @@ func (s *Store) recordOnce() {
 // How often the identity is recorded while positions are handed out, and
 // how often Ready may probe a Store whose last write failed. Variables for
 // the tests.
+// recordDeferLimit is how long after the last record one may wait for an
+// Update to end.
 var (
-	recordInterval = time.Second
-	probeInterval  = time.Second
+	recordInterval   = time.Second
+	probeInterval    = time.Second
+	recordDeferLimit = 10 * time.Second
 )
 
 var errNotSameFile = errors.New("removed or replaced")

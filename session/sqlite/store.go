@@ -168,6 +168,9 @@ type Stats struct {
 	// MissedRestarts counts the WAL restarts a writer checkpoint expected
 	// and a reader prevented (checkpoint.go).
 	MissedRestarts int64
+	// RecordsDeferred counts the identity records (files.go) put off
+	// because an Update ran.
+	RecordsDeferred int64
 }
 
 // Store is the SQLite session.Store. Create it with Open; it is safe for
@@ -205,6 +208,7 @@ type Store struct {
 	id         identity
 	recordStop chan struct{}
 	recordDone chan struct{}
+	lastRecord time.Time // the last record of recordLoop (or Open); its goroutine only
 
 	// Health, for Ready: the last storage failure of a write (cleared by a
 	// successful probe) and of the identity record (cleared by the next
@@ -233,6 +237,7 @@ type Store struct {
 
 	stats struct {
 		ops, txs, failed, maxBatch atomic.Int64
+		recordsDeferred            atomic.Int64
 	}
 }
 
@@ -336,6 +341,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	go s.ck.run()
 	go s.run()
+	s.lastRecord = time.Now() // Open recorded the identity
 	go s.recordLoop()
 	return s, nil
 }
@@ -551,6 +557,7 @@ func (s *Store) Stats() Stats {
 		CheckpointSyncs:    s.ck.stats.synced.Load(),
 		UpdateWaits:        s.ck.stats.updateWaits.Load(),
 		MissedRestarts:     s.ck.stats.restartsMissed.Load(),
+		RecordsDeferred:    s.stats.recordsDeferred.Load(),
 	}
 }
 
