@@ -310,9 +310,10 @@ func TestIdentityForgetsADeletedGate(t *testing.T) {
 	assert.Contains(t, err.Error(), `gate "a" is missing, but 1 positions were already handed out`)
 }
 
-// While an Update runs, the identity record (and its fsync of the WAL the
-// update writes) waits for the update to end, up to recordDeferLimit since
-// the last record; past it, the record is made during the update.
+// While an Update runs, the identity record (and its fsyncs of the WAL the
+// update writes) waits for the update to end and then for the
+// checkpointer's next pass, up to recordDeferLimit since the last record;
+// past it, the record is made during the update.
 func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -324,8 +325,9 @@ func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
 		{"past the limit it records", 20 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			defer func(r, l time.Duration) { recordInterval, recordDeferLimit = r, l }(recordInterval, recordDeferLimit)
-			recordInterval, recordDeferLimit = 5*time.Millisecond, tc.limit
+			defer func(r, l, c time.Duration) { recordInterval, recordDeferLimit, ckptInterval = r, l, c }(recordInterval, recordDeferLimit, ckptInterval)
+			// No checkpoint pass unless kicked.
+			recordInterval, recordDeferLimit, ckptInterval = 5*time.Millisecond, tc.limit, time.Hour
 			path := filepath.Join(t.TempDir(), "r.db")
 			s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
 			require.NoError(t, err)
@@ -337,6 +339,12 @@ func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
 					return 0
 				}
 				return id.NextPosition["a"]
+			}
+			// waitDeferred waits until recordLoop has put off three more
+			// records.
+			waitDeferred := func() {
+				deferred := s.Stats().RecordsDeferred
+				require.Eventually(t, func() bool { return s.Stats().RecordsDeferred >= deferred+3 }, 10*time.Second, time.Millisecond)
 			}
 			_, err = s.Join(ctx, sessiontest.GateConfig("a", 1), "x", epoch)
 			require.NoError(t, err)
@@ -350,11 +358,13 @@ func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
 				s.updating.Add(-1)
 				return
 			}
-			deferred := s.Stats().RecordsDeferred
-			require.Eventually(t, func() bool { return s.Stats().RecordsDeferred >= deferred+3 }, 10*time.Second, time.Millisecond)
+			waitDeferred()
 			assert.EqualValues(t, 2, recorded(), "no record while the update runs")
 			s.updating.Add(-1)
-			require.Eventually(t, func() bool { return recorded() == 3 }, 10*time.Second, time.Millisecond, "recorded once the update ended")
+			waitDeferred()
+			assert.EqualValues(t, 2, recorded(), "no record after the update before a checkpoint pass")
+			s.ck.kick()
+			require.Eventually(t, func() bool { return recorded() == 3 }, 10*time.Second, time.Millisecond, "recorded after the pass")
 		})
 	}
 }

@@ -410,13 +410,7 @@ func (s *Store) recordLoop() {
 }
 
 func (s *Store) recordOnce() {
-	// While an Update runs the record waits, up to recordDeferLimit since
-	// the last one: its fsync of the WAL the update is writing takes tens
-	// of milliseconds, and a goroutine in a long system call keeps one of
-	// the process's CPUs until the runtime takes it back, away from the
-	// joins the update yields to (the checkpointer's syncs wait likewise).
-	// A later record is as safe: the high-water mark only lags.
-	if s.updating.Load() > 0 && time.Since(s.lastRecord) < recordDeferLimit {
+	if s.deferRecord() {
 		s.stats.recordsDeferred.Add(1)
 		return
 	}
@@ -430,6 +424,33 @@ func (s *Store) recordOnce() {
 	if s.recordErr.Swap(nil) != nil {
 		s.log.Info("anteroom: recording the database's high-water mark works again", "path", s.path)
 	}
+}
+
+// deferRecord reports whether this tick's record waits. While an Update
+// runs it waits: its fsync of the WAL the update is writing takes tens of
+// milliseconds, and a goroutine in a long system call keeps one of the
+// process's CPUs until the runtime takes it back, away from the joins the
+// update yields to (the checkpointer's syncs wait likewise). After the
+// update it waits for the checkpointer's next pass, which copies and syncs
+// what the update wrote: recording first would sync the same files beside
+// that pass and the WAL's restart, while joins wait on them. Never past
+// recordDeferLimit since the last record; a later record is as safe, the
+// high-water mark only lags. Called by recordLoop's goroutine only.
+func (s *Store) deferRecord() bool {
+	if time.Since(s.lastRecord) >= recordDeferLimit {
+		s.recordWaits = false
+		return false
+	}
+	if s.updating.Load() > 0 {
+		// The pass to wait for is one after this reading.
+		s.recordWaits, s.recordAfter = true, s.ck.reading.Load()
+		return true
+	}
+	if s.recordWaits && s.ck.reading.Load() == s.recordAfter {
+		return true
+	}
+	s.recordWaits = false
+	return false
 }
 
 // How often the identity is recorded while positions are handed out, and

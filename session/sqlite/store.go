@@ -208,7 +208,12 @@ type Store struct {
 	id         identity
 	recordStop chan struct{}
 	recordDone chan struct{}
-	lastRecord time.Time // the last record of recordLoop (or Open); its goroutine only
+	// The last record of recordLoop (or Open's); whether it waits for a
+	// checkpoint pass after an Update, and the checkpointer's reading
+	// during that update. recordLoop's goroutine only (deferRecord).
+	lastRecord  time.Time
+	recordWaits bool
+	recordAfter *ckptReading
 
 	// Health, for Ready: the last storage failure of a write (cleared by a
 	// successful probe) and of the identity record (cleared by the next
