@@ -453,11 +453,10 @@ func (s *Store) deferRecord() bool {
 	return false
 }
 
-// How often the identity is recorded while positions are handed out, and
-// how often Ready may probe a Store whose last write failed. Variables for
-// the tests.
-// recordDeferLimit is how long after the last record one may wait for an
-// Update to end.
+// How often the identity is recorded while positions are handed out, how
+// often Ready may probe a Store whose last write failed, and how long after
+// the last record a record may wait for an Update (deferRecord). Variables
+// for the tests.
 var (
 	recordInterval   = time.Second
 	probeInterval    = time.Second

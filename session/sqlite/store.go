@@ -169,7 +169,7 @@ type Stats struct {
 	// and a reader prevented (checkpoint.go).
 	MissedRestarts int64
 	// RecordsDeferred counts the identity records (files.go) put off
-	// because an Update ran.
+	// while an Update ran or until the checkpoint pass after it.
 	RecordsDeferred int64
 }
 
