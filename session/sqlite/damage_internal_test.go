@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -313,21 +314,32 @@ func TestIdentityForgetsADeletedGate(t *testing.T) {
 // While an Update runs, the identity record (and its fsyncs of the WAL the
 // update writes) waits for the update to end and then for the
 // checkpointer's next pass, up to recordDeferLimit since the last record;
-// past it, the record is made during the update.
+// past it, or after a failed record, it is made during the update. The
+// test calls recordOnce itself (recordLoop never ticks), so each step is
+// one tick.
 func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		limit time.Duration
-		// recordedDuring: the record is made while the update still runs.
+		name string
+		// before sets the Store up before the tick during the update.
+		before func(s *Store)
+		// recordedDuring: that tick records.
 		recordedDuring bool
 	}{
-		{"within the limit it waits", time.Hour, false},
-		{"past the limit it records", 20 * time.Millisecond, true},
+		{"within the limit it waits", func(*Store) {}, false},
+		{"past the limit it records", func(s *Store) { s.lastRecord = time.Now().Add(-recordDeferLimit) }, true},
+		{"after a failed record it records", func(s *Store) {
+			err := errors.New("disk full")
+			s.recordErr.Store(&err)
+		}, true},
+		{"after a failed checkpoint it records", func(s *Store) {
+			err := errors.New("disk full")
+			s.ck.lastErr.Store(&err) // no pass may come to wait for
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			defer func(r, l, c time.Duration) { recordInterval, recordDeferLimit, ckptInterval = r, l, c }(recordInterval, recordDeferLimit, ckptInterval)
-			// No checkpoint pass unless kicked.
-			recordInterval, recordDeferLimit, ckptInterval = 5*time.Millisecond, tc.limit, time.Hour
+			defer func(r, c time.Duration) { recordInterval, ckptInterval = r, c }(recordInterval, ckptInterval)
+			// No tick of recordLoop, no checkpoint pass unless kicked.
+			recordInterval, ckptInterval = time.Hour, time.Hour
 			path := filepath.Join(t.TempDir(), "r.db")
 			s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
 			require.NoError(t, err)
@@ -335,36 +347,40 @@ func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
 			ctx := context.Background()
 			recorded := func() int64 {
 				id, err := readIdentity(path + ".id")
-				if err != nil || id == nil {
-					return 0
-				}
+				require.NoError(t, err)
+				require.NotNil(t, id)
 				return id.NextPosition["a"]
-			}
-			// waitDeferred waits until recordLoop has put off three more
-			// records.
-			waitDeferred := func() {
-				deferred := s.Stats().RecordsDeferred
-				require.Eventually(t, func() bool { return s.Stats().RecordsDeferred >= deferred+3 }, 10*time.Second, time.Millisecond)
 			}
 			_, err = s.Join(ctx, sessiontest.GateConfig("a", 1), "x", epoch)
 			require.NoError(t, err)
-			require.Eventually(t, func() bool { return recorded() == 2 }, 10*time.Second, time.Millisecond)
+			s.recordOnce()
+			require.EqualValues(t, 2, recorded(), "no update: recorded")
 
 			s.updating.Add(1) // an Update runs
 			_, err = s.Join(ctx, sessiontest.GateConfig("a", 1), "y", epoch)
 			require.NoError(t, err)
+			tc.before(s)
+			deferred := s.Stats().RecordsDeferred
+			s.recordOnce()
 			if tc.recordedDuring {
-				require.Eventually(t, func() bool { return recorded() == 3 }, 10*time.Second, time.Millisecond)
+				assert.EqualValues(t, 3, recorded(), "recorded during the update")
+				assert.Equal(t, deferred, s.Stats().RecordsDeferred)
+				assert.Nil(t, s.recordErr.Load(), "the record succeeded")
 				s.updating.Add(-1)
 				return
 			}
-			waitDeferred()
+			s.recordOnce()
 			assert.EqualValues(t, 2, recorded(), "no record while the update runs")
+			assert.Equal(t, deferred+2, s.Stats().RecordsDeferred)
 			s.updating.Add(-1)
-			waitDeferred()
+			s.recordOnce()
 			assert.EqualValues(t, 2, recorded(), "no record after the update before a checkpoint pass")
+			before := s.ck.reading.Load()
 			s.ck.kick()
-			require.Eventually(t, func() bool { return recorded() == 3 }, 10*time.Second, time.Millisecond, "recorded after the pass")
+			require.Eventually(t, func() bool { return s.ck.reading.Load() != before }, 10*time.Second, time.Millisecond, "a pass")
+			s.recordOnce()
+			assert.EqualValues(t, 3, recorded(), "recorded after the pass")
+			assert.Equal(t, deferred+3, s.Stats().RecordsDeferred)
 		})
 	}
 }

@@ -434,10 +434,12 @@ func (s *Store) recordOnce() {
 // update it waits for the checkpointer's next pass, which copies and syncs
 // what the update wrote: recording first would sync the same files beside
 // that pass and the WAL's restart, while joins wait on them. Never past
-// recordDeferLimit since the last record; a later record is as safe, the
+// recordDeferLimit since the last record, nor after a failed record (it is
+// tried again at once, so that Ready recovers) or a failed checkpoint
+// (there may be no pass to wait for); a later record is as safe, the
 // high-water mark only lags. Called by recordLoop's goroutine only.
 func (s *Store) deferRecord() bool {
-	if time.Since(s.lastRecord) >= recordDeferLimit {
+	if time.Since(s.lastRecord) >= recordDeferLimit || s.recordErr.Load() != nil || s.ck.lastErr.Load() != nil {
 		s.recordWaits = false
 		return false
 	}
