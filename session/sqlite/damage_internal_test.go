@@ -326,6 +326,7 @@ func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
 		recordedDuring bool
 	}{
 		{"within the limit it waits", func(*Store) {}, false},
+		{"while the update waits for room in the WAL it waits", func(s *Store) { s.updating.Store(0) }, false},
 		{"past the limit it records", func(s *Store) { s.lastRecord = time.Now().Add(-recordDeferLimit) }, true},
 		{"after a failed record it records", func(s *Store) {
 			err := errors.New("disk full")
@@ -356,7 +357,10 @@ func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
 			s.recordOnce()
 			require.EqualValues(t, 2, recorded(), "no update: recorded")
 
-			s.updating.Add(1) // an Update runs
+			// An Update runs (as Update counts itself), then ends.
+			s.updating.Store(1)
+			s.updates.Store(1)
+			endUpdate := func() { s.updating.Store(0); s.updates.Store(0) }
 			_, err = s.Join(ctx, sessiontest.GateConfig("a", 1), "y", epoch)
 			require.NoError(t, err)
 			tc.before(s)
@@ -366,13 +370,13 @@ func TestIdentityRecordWaitsForAnUpdate(t *testing.T) {
 				assert.EqualValues(t, 3, recorded(), "recorded during the update")
 				assert.Equal(t, deferred, s.Stats().RecordsDeferred)
 				assert.Nil(t, s.recordErr.Load(), "the record succeeded")
-				s.updating.Add(-1)
+				endUpdate()
 				return
 			}
 			s.recordOnce()
 			assert.EqualValues(t, 2, recorded(), "no record while the update runs")
 			assert.Equal(t, deferred+2, s.Stats().RecordsDeferred)
-			s.updating.Add(-1)
+			endUpdate()
 			s.recordOnce()
 			assert.EqualValues(t, 2, recorded(), "no record after the update before a checkpoint pass")
 			before := s.ck.reading.Load()

@@ -427,7 +427,7 @@ func (s *Store) recordOnce() {
 }
 
 // deferRecord reports whether this tick's record waits. While an Update
-// runs it waits: its fsync of the WAL the update is writing takes tens of
+// runs (waiting for room in the WAL or not) it waits: its fsync of the WAL the update is writing takes tens of
 // milliseconds, and a goroutine in a long system call keeps one of the
 // process's CPUs until the runtime takes it back, away from the joins the
 // update yields to (the checkpointer's syncs wait likewise). After the
@@ -443,7 +443,7 @@ func (s *Store) deferRecord() bool {
 		s.recordWaits = false
 		return false
 	}
-	if s.updating.Load() > 0 {
+	if s.updates.Load() > 0 { // waiting for room in the WAL too
 		// The pass to wait for is one after this reading.
 		s.recordWaits, s.recordAfter = true, s.ck.reading.Load()
 		return true

@@ -199,7 +199,8 @@ type Store struct {
 	closeOnce  sync.Once
 	closeErr   error
 
-	updating atomic.Int32 // Update calls running
+	updating atomic.Int32 // Update calls running, less those waiting for room in the WAL (checkpoint.go)
+	updates  atomic.Int32 // Update calls running, waiting or not
 
 	// The identity file: as found at Open (nil when there was none), and as
 	// last written (under idMu).
@@ -682,7 +683,9 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		chunk = session.DefaultUpdateChunk
 	}
 	s.updating.Add(1)
+	s.updates.Add(1)
 	defer func() {
+		s.updates.Add(-1)
 		s.updating.Add(-1)
 		s.ck.kick() // the checkpointer waited for the update
 	}()
