@@ -427,10 +427,11 @@ func (s *Store) recordOnce() {
 }
 
 // deferRecord reports whether this tick's record waits. While an Update
-// runs (waiting for room in the WAL or not) it waits: its fsync of the WAL the update is writing takes tens of
-// milliseconds, and a goroutine in a long system call keeps one of the
-// process's CPUs until the runtime takes it back, away from the joins the
-// update yields to (the checkpointer's syncs wait likewise). After the
+// runs (waiting for room in the WAL or not) it waits: its fsync of the WAL
+// the update is writing takes tens of milliseconds, and a goroutine in a
+// long system call keeps one of the process's CPUs until the runtime takes
+// it back, away from the joins the update yields to (the checkpointer's
+// syncs wait likewise). After the
 // update it waits for the checkpointer's next pass, which copies and syncs
 // what the update wrote: recording first would sync the same files beside
 // that pass and the WAL's restart, while joins wait on them. Never past
