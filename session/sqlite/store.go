@@ -199,8 +199,10 @@ type Store struct {
 	closeOnce  sync.Once
 	closeErr   error
 
-	updating atomic.Int32 // Update calls running, less those waiting for room in the WAL (checkpoint.go)
-	updates  atomic.Int32 // Update calls running, waiting or not
+	// Update calls running: updating less those waiting for room in the
+	// WAL (what holds background passes back, checkpoint.go), updates all
+	// of them (what holds the identity record back, files.go).
+	updating, updates atomic.Int32
 
 	// The identity file: as found at Open (nil when there was none), and as
 	// last written (under idMu).
