@@ -343,6 +343,7 @@ func (h *Hub) Close() error {
 		s.end.CompareAndSwap(0, uint32(endClosed))
 		go func() {
 			defer h.wg.Done()
+			boundReads(s.link)
 			_ = s.conn.Close(websocket.StatusGoingAway, reasonShutdown)
 		}()
 	}

@@ -111,3 +111,18 @@ func textFrame(payload []byte) []byte { return wsframe.Text(payload) }
 
 // pingFrame is an empty ping; the client's pong is seen by OnPongReceived.
 var pingFrame = wsframe.Append(nil, wsframe.OpPing, nil)
+
+// closeHandshakeTimeout bounds the reads of the library's close handshake.
+// The library bounds its reads of frame headers (5 s) but not its discard of
+// the rest of a data message's announced payload, which would otherwise wait
+// for ever on a client that announced a long message and went quiet.
+var closeHandshakeTimeout = 5 * time.Second // a variable for the tests
+
+// boundReads sets a read deadline before a close handshake.
+func (l *netLink) boundReads() { _ = l.nc.SetReadDeadline(time.Now().Add(closeHandshakeTimeout)) }
+
+func boundReads(l link) {
+	if nl, ok := l.(*netLink); ok {
+		nl.boundReads()
+	}
+}

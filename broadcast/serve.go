@@ -65,9 +65,12 @@ type Subscription struct {
 //   - an error wrapping session.ErrInvalidArgument, after answering 400, when
 //     sub.Gate or sub.SessionID is malformed;
 //   - ErrClosed, after answering 503, when the hub is closed;
-//   - the error of websocket.Accept when the handshake failed (it answered:
-//     403 for a cross-origin request that OriginPatterns does not allow, 426
-//     for a request that is not a websocket handshake, ...);
+//   - an error wrapping session.ErrInvalidArgument, after the wire's JSON
+//     error, for a request that is not a WebSocket handshake (400; 405 for
+//     a method other than GET) or one from an origin OriginPatterns does
+//     not allow (403 cross_origin);
+//   - the error of websocket.Accept when the handshake failed past those
+//     checks (it answered);
 //   - ErrTooManyConnections when MaxConnections was reached (closed with
 //     StatusTryAgainLater);
 //   - ErrClientMessage when the client sent a data message (closed with
@@ -123,6 +126,9 @@ func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (
 		wire.WriteError(w, r, session.CodeInvalidArgument, "invalid session id")
 		return nil, session.Errorf(session.CodeInvalidArgument, "broadcast: session id is malformed")
 	}
+	if h.RefuseHandshake(w, r) {
+		return nil, session.Errorf(session.CodeInvalidArgument, "broadcast: not a WebSocket handshake from an allowed origin")
+	}
 	if !h.enter() {
 		wire.WriteError(w, r, session.CodeUnavailable, "server shutting down")
 		return nil, ErrClosed
@@ -158,11 +164,13 @@ func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (
 	}
 	if max := h.opts.MaxConnections; max > 0 && n > int64(max) {
 		h.rejected.Add(1)
+		out.link.boundReads()
 		_ = c.Close(websocket.StatusTryAgainLater, reasonTooMany)
 		return nil, ErrTooManyConnections
 	}
 	if !clientOK {
 		h.rejected.Add(1)
+		out.link.boundReads()
 		_ = c.Close(websocket.StatusTryAgainLater, reasonTooManyClient)
 		return nil, ErrTooManyConnections
 	}
@@ -170,6 +178,7 @@ func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (
 
 	s = h.register(sub, out.link, c, out)
 	if s == nil {
+		out.link.boundReads()
 		_ = c.Close(websocket.StatusGoingAway, reasonShutdown)
 		return nil, nil
 	}
@@ -196,6 +205,7 @@ func (h *Hub) serve(s *subscriber) (err error) {
 	_, _, rerr := c.Reader(context.Background())
 	if rerr == nil {
 		s.end.CompareAndSwap(0, uint32(endClientMessage))
+		boundReads(s.link)
 		_ = c.Close(websocket.StatusPolicyViolation, reasonClientMessage)
 	}
 	_ = c.CloseNow() // no-op when already closed; waits for a Close in progress
