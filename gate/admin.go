@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -56,7 +57,8 @@ func (s *Server) adminRoutes(e *echo.Echo) error {
 	if rl.PerSecond <= 0 {
 		rl = defaultAdminRateLimit
 	}
-	mw := []echo.MiddlewareFunc{noStore, rateLimit(rl), s.adminAuth}
+	s.adminLimit = rateLimit(rl)
+	mw := []echo.MiddlewareFunc{noStore, s.adminLimit, s.adminAuth, unescapeParams}
 	// The dashboard is public HTML without a secret: it asks for the token
 	// and calls the API with it.
 	getHead := []string{http.MethodGet, http.MethodHead}
@@ -392,6 +394,12 @@ func (s *Server) adminAddGate(c echo.Context) error {
 
 func (s *Server) adminRemoveGate(c echo.Context) error {
 	name := c.Param("gate")
+	// The gate requests that name none fall back to, and the one
+	// reverse-proxy mode guards, stay: without them the page, the snippet
+	// and the whole proxied site would answer unknown_gate until a restart.
+	if name == s.opts.DefaultGate || (s.proxy != nil && name == s.proxy.opts.Gate) {
+		return apiError(session.CodeGateInUse, "gate "+name+" cannot be removed: requests that name no gate, and reverse-proxy mode, use it")
+	}
 	if err := s.opts.Waitlist.RemoveGate(c.Request().Context(), name); err != nil {
 		return err
 	}
@@ -406,6 +414,31 @@ func (s *Server) adminResetGate(c echo.Context) error {
 	}
 	s.log.Info("anteroom: gate settings reset to the config file's through the admin API", "gate", name, "client", c.RealIP())
 	return s.adminGate(c, http.StatusOK, name)
+}
+
+// unescapeParams percent-decodes the route's path parameters. echo routes
+// on the request's raw path when it has one (an escape the plain path
+// cannot show: "user%3A42", "user%2F42") and hands the parameters over as
+// sent, so without this DELETE sessions/user%3A42 would end nobody. A path
+// without a raw form was decoded already and is left alone (a '%' in it is
+// the id's). A malformed escape is a 400 invalid_argument.
+func unescapeParams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if c.Request().URL.RawPath == "" {
+			return next(c)
+		}
+		names, values := c.ParamNames(), c.ParamValues()
+		decoded := make([]string, len(values))
+		for i, v := range values {
+			u, err := url.PathUnescape(v)
+			if err != nil {
+				return apiError(session.CodeInvalidArgument, names[i]+": malformed percent-escape in the path")
+			}
+			decoded[i] = u
+		}
+		c.SetParamValues(decoded...)
+		return next(c)
+	}
 }
 
 // adminEndSession ends a session (Release): when it was active its slot

@@ -152,6 +152,12 @@ func (s *Server) serveProxy(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The sidecar's own paths are never the app's: another spelling of one
+	// ("/anteroom//admin/api", "/x/../anteroom/api/join") reaches this
+	// catch-all instead of its route and must not be forwarded cleaned.
+	if base := s.opts.BasePath; clean == base || strings.HasPrefix(clean, base+"/") {
+		return apiError(codeRouteNotFound, "not found")
+	}
 	r.URL.Path, r.URL.RawPath = clean, ""
 	if !p.protects(clean) {
 		s.forward(c, "", "")

@@ -122,6 +122,10 @@ type Server struct {
 	// limit is the per-IP rate limit of the client API (nil when off); a
 	// proxied page that creates a session spends from it too (allowJoin).
 	limit echo.MiddlewareFunc
+	// adminLimit is the admin API's per-IP limit, spent before the admin
+	// token is compared: also by /metrics, which the same token guards.
+	// Nil without an admin token.
+	adminLimit echo.MiddlewareFunc
 	// codeLimit is the per-IP limit of joins with a priority code.
 	codeLimit echo.MiddlewareFunc
 	// adminToken is the digest of Options.AdminToken; nil when off.
@@ -201,15 +205,21 @@ func New(opts Options) (*Server, error) {
 	s.notifyRoutes(e, b, limited) // notify.go
 	e.Match(getHead, b+"/check", s.check)
 	e.Match(getHead, b+"/anteroom.js", s.snippet)
-	if opts.Metrics != nil {
-		e.Match(getHead, b+"/metrics", s.metrics, noStore)
-	}
 	e.Match(getHead, b+"/", s.waitingPage)
 	e.Match(getHead, b, s.waitingPage)
 
 	s.admissionRoutes(e)
 	if err := s.adminRoutes(e); err != nil {
 		return nil, err
+	}
+	if opts.Metrics != nil {
+		// With an admin token, a guess here spends from the admin API's
+		// per-IP limit like a guess there.
+		mw := []echo.MiddlewareFunc{noStore}
+		if s.adminLimit != nil {
+			mw = append(mw, s.adminLimit)
+		}
+		e.Match(getHead, b+"/metrics", s.metrics, mw...)
 	}
 	for _, k := range opts.APIKeys {
 		if len(k) < minAPIKeyLength {
@@ -398,8 +408,10 @@ func decodeOne(body []byte, v any, want string) error {
 	if err := dec.Decode(v); err != nil {
 		return apiError(codeInvalidJSON, "body must be "+want+": "+err.Error())
 	}
-	if dec.More() {
-		return apiError(codeInvalidJSON, "body must hold one JSON object")
+	// Only the end of the body may follow: Decoder.More alone lets a stray
+	// '}' or ']' through.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return apiError(codeInvalidJSON, "body must hold one JSON object and nothing after it")
 	}
 	return nil
 }
@@ -656,13 +668,16 @@ func (s *Server) socket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sub := broadcast.Subscription{Gate: gate, Global: global, Client: c.RealIP()}
+	sub := broadcast.Subscription{Gate: gate, Global: global, Client: socketClient(c.RealIP())}
 	id, ok, err := s.ticketSession(r, token.PurposeWS, gate)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		id, ok = s.sessionID(r)
+	}
+	if s.opts.Hub.RefuseHandshake(c.Response(), r) {
+		return nil // answered: nothing is noted or connected for a refused handshake
 	}
 	if ok {
 		s.note(c, gate, id)
@@ -694,6 +709,16 @@ func (s *Server) socket(c echo.Context) error {
 		s.log.Debug("anteroom: websocket ended", "gate", gate, "err", err)
 	}
 	return nil
+}
+
+// socketClient is who opened a socket, for the hub's cap per client: the
+// address, an IPv6 one by its /64 as the rate limit counts it (one host
+// holds a whole /64).
+func socketClient(ip string) string {
+	if k := rateKey(ip); k.IsValid() {
+		return k.String()
+	}
+	return ip
 }
 
 // metrics serves Options.Metrics to the holder of the admin token, when
