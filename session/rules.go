@@ -141,6 +141,15 @@ func DecidePurge(s Session) Outcome {
 	return o
 }
 
+// Promotable reports whether an op decided at now may promote the waiting
+// session s: not when s joined after now. The op's configuration was read
+// at now, the gate's events included, so a waiter that joined later is not
+// its to promote: a pre-queue arrival, for one, while an update that began
+// before the pre-queue opened runs on (it would be admitted before the
+// draw). The stores stop at a lane's first waiter that is not promotable,
+// so promotions keep the line's order; the next op promotes it.
+func Promotable(s Session, now time.Time) bool { return !s.CreatedAt.After(now) }
+
 // Promote decides the promotion of one waiting session to active. With a
 // claim timeout the promoted session is unclaimed until its first sign of
 // life, and is purged at its ClaimDeadline without one.

@@ -84,7 +84,7 @@ func (s *Store) promotePriority(ctx context.Context, b *batch, g *gateTx, cfg se
 	cands := b.waiters(g, fromDB, limit, session.LanePriority)
 	var done int64
 	for _, e := range cands {
-		if done == n {
+		if done == n || !session.Promotable(e.s, now) {
 			break
 		}
 		out := session.Promote(cfg, e.s, now)

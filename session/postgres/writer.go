@@ -158,6 +158,11 @@ type gateTx struct {
 	settings *settingsChange
 	// pre are the bounds of the line when the gate was locked.
 	pre bounds
+	// lb is the writer's lower bound of the first waiting position
+	// (Store.lb) as this transaction moves it: it reaches Store.lb only once
+	// the transaction committed, so a rolled-back promotion leaves the bound
+	// where its waiters still are.
+	lb int64
 }
 
 type key struct{ gate, id string }
@@ -255,6 +260,9 @@ func (s *Store) runBatch(ops []*op) {
 		return
 	}
 	s.txs.Add(1)
+	for name, g := range b.gates {
+		s.lb[name] = g.lb // committed: the bounds the transaction moved hold
+	}
 	// Until delivered the commit is the writer's: the follower's poll leaves
 	// it alone (poll.go), in both commit modes.
 	s.own.add(commit.seqs)
@@ -460,6 +468,7 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 		if paceAt != 0 {
 			g.pace.At = time.Unix(0, paceAt)
 		}
+		g.lb = s.lb[g.name]
 		b.gates[g.name] = g
 	}
 	rows.Close()
@@ -1001,7 +1010,7 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.Ga
 		return done, err
 	}
 	limit := n - done + int64(len(b.rows))
-	rows, err := b.tx.Query(ctx, sqlWaiters, g.name, s.lb[g.name], limit)
+	rows, err := b.tx.Query(ctx, sqlWaiters, g.name, g.lb, limit)
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
@@ -1012,13 +1021,13 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.Ga
 	cands := b.waiters(g, fromDB, limit, session.LaneNormal)
 
 	for _, e := range cands {
-		if done == n {
+		if done == n || !session.Promotable(e.s, now) {
 			break
 		}
 		out := session.Promote(cfg, e.s, now)
 		b.write(g, e, out)
 		b.event(g, session.EventPromoted, out.Session)
-		s.lb[g.name] = e.s.Position + 1
+		g.lb = e.s.Position + 1
 		done++
 	}
 	return done, nil

@@ -107,6 +107,7 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("History", func(t *testing.T) { testHistory(t, open) })
 	t.Run("Priority", func(t *testing.T) { testPriority(t, open) })
 	t.Run("RemoveGate", func(t *testing.T) { testRemoveGate(t, open) })       // suite_remove.go
+	t.Run("Promotable", func(t *testing.T) { testPromotable(t, open) })       // suite_promotable.go
 	t.Run("ClaimLinkOnce", func(t *testing.T) { testClaimLinkOnce(t, open) }) // suite_claimlink.go
 	t.Run("ClaimLinkBoundToPromotion", func(t *testing.T) { testClaimLinkBoundToPromotion(t, open) })
 	t.Run("ClaimLinkMemoryBehind", func(t *testing.T) { testClaimLinkMemoryBehind(t, open) })

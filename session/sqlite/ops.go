@@ -306,16 +306,21 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
+	var promoted int64
 	for _, w := range b.rows {
+		if !session.Promotable(w, now) {
+			break
+		}
 		out := session.Promote(cfg, w, now)
 		if err := s.write(e, out, slot{}); err != nil {
 			return 0, err
 		}
 		b.event(session.EventPromoted, out.Session)
 		e.lb = w.Position + 1
+		promoted++
 	}
-	_, e.pace = e.pace.Allow(cfg, int64(len(b.rows)), now)
-	return done + int64(len(b.rows)), nil
+	_, e.pace = e.pace.Allow(cfg, promoted, now)
+	return done + promoted, nil
 }
 
 func (s *Store) applyTouch(b *batch, o *op) error {

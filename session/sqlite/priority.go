@@ -144,15 +144,20 @@ func (s *Store) promotePriority(b *batch, e *gateEntry, cfg session.GateConfig, 
 	if err != nil {
 		return 0, fmt.Errorf("read priority waiters: %w", err)
 	}
+	var promoted int64
 	for _, w := range waiters {
+		if !session.Promotable(w, now) {
+			break
+		}
 		out := session.Promote(cfg, w, now)
 		if err := s.write(e, out, slot{}); err != nil {
 			return 0, err
 		}
 		b.event(session.EventPromoted, out.Session)
+		promoted++
 	}
-	_, e.pace = e.pace.Allow(cfg, int64(len(waiters)), now)
-	return int64(len(waiters)), nil
+	_, e.pace = e.pace.Allow(cfg, promoted, now)
+	return promoted, nil
 }
 
 // priorityPositions reads the positions of the gate's priority lane,
