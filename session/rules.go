@@ -141,14 +141,20 @@ func DecidePurge(s Session) Outcome {
 	return o
 }
 
-// Promotable reports whether an op decided at now may promote the waiting
-// session s: not when s joined after now. The op's configuration was read
-// at now, the gate's events included, so a waiter that joined later is not
-// its to promote: a pre-queue arrival, for one, while an update that began
-// before the pre-queue opened runs on (it would be admitted before the
-// draw). The stores stop at a lane's first waiter that is not promotable,
+// Promotable reports whether a promotion limited to the waiters who had
+// joined by joinedBy may promote the waiting session s; a zero joinedBy
+// limits nothing. An update passes its now: it reads the gate's
+// configuration once, at now, and runs over many transactions, for more
+// than a second on a long line, so a waiter that joined meanwhile is not
+// its to promote (a pre-queue's first arrivals, when the pre-queue opened
+// during the update, would be admitted before the draw). An op of one
+// transaction (a release, a purge) passes zero: its configuration is read
+// moments before it commits, and the slot it frees goes to the first waiter
+// at once. The stores stop at a lane's first waiter that is not promotable,
 // so promotions keep the line's order; the next op promotes it.
-func Promotable(s Session, now time.Time) bool { return !s.CreatedAt.After(now) }
+func Promotable(s Session, joinedBy time.Time) bool {
+	return joinedBy.IsZero() || !s.CreatedAt.After(joinedBy)
+}
 
 // Promote decides the promotion of one waiting session to active. With a
 // claim timeout the promoted session is unclaimed until its first sign of

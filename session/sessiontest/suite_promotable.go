@@ -11,18 +11,20 @@ import (
 	"github.com/anteroomhq/anteroom/session"
 )
 
-// testPromotable checks session.Promotable on the store: an op decided at
-// now promotes no waiter that joined after now, and stops there (the line's
-// order holds); the next op promotes it. Found by an attack review: an
-// update that began before an event's pre-queue opened went on promoting,
-// with the configuration it read then, the pre-queue's first arrivals, in
-// arrival order, before the draw.
+// testPromotable checks session.Promotable on the store: an update decided
+// at now promotes no waiter that joined after now, and stops there (the
+// line's order holds), while a release gives its slot to the first waiter
+// at once, whenever it joined. Found by an attack review: an update that
+// began before an event's pre-queue opened went on promoting, with the
+// configuration it read then, the pre-queue's first arrivals, in arrival
+// order, before the draw.
 func testPromotable(t *testing.T, open Opener) {
-	t.Run("StoreStopsAtALaterArrival", func(t *testing.T) { testPromotableStore(t, open) })
+	t.Run("UpdateStopsAtALaterArrival", func(t *testing.T) { testPromotableUpdate(t, open) })
+	t.Run("ReleasePromotesAtOnce", func(t *testing.T) { testPromotableRelease(t, open) })
 	t.Run("UpdateAcrossThePrequeue", func(t *testing.T) { testPromotableAcrossPrequeue(t, open) })
 }
 
-func testPromotableStore(t *testing.T, open Opener) {
+func testPromotableUpdate(t *testing.T, open Opener) {
 	h := newHarness(t, open)
 	cfg := GateConfig(gateName, 1)
 	t0 := h.clock.Now()
@@ -30,16 +32,31 @@ func testPromotableStore(t *testing.T, open Opener) {
 	h.clock.Advance(10 * time.Second)
 	h.join(cfg, "late") // waits, joined at t0+10s
 	h.join(cfg, "later")
-	// A release decided at t0+5s frees the slot but promotes nobody: both
-	// waiters joined after it.
+	// The limit raised to 3: an update decided at t0+5s promotes nobody,
+	// both waiters joined after it.
+	raised := GateConfig(gateName, 3)
+	_, err := h.store.Update(h.ctx, raised, t0.Add(5*time.Second), 0)
+	require.NoError(t, err)
+	assert.Equal(t, session.Counters{NextPosition: 4, Active: 1, Waiting: 2}, h.state(gateName).Counters)
+	// An update decided at their time promotes them.
+	h.update(raised, 0)
+	assert.Equal(t, session.StatusActive, h.mustGet(gateName, "late").Status)
+	assert.Equal(t, session.StatusActive, h.mustGet(gateName, "later").Status)
+}
+
+func testPromotableRelease(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := GateConfig(gateName, 1)
+	t0 := h.clock.Now()
+	h.join(cfg, "a")
+	h.clock.Advance(10 * time.Second)
+	h.join(cfg, "late")
+	// A release decided a moment before the waiter joined (its call raced
+	// the join) still hands its slot over at once.
 	_, err := h.store.Release(h.ctx, cfg, "a", t0.Add(5*time.Second))
 	require.NoError(t, err)
-	assert.Equal(t, session.Counters{NextPosition: 4, Active: 0, Waiting: 2}, h.state(gateName).Counters)
-	assert.Equal(t, session.StatusWaiting, h.mustGet(gateName, "late").Status)
-	// An update decided at their time promotes the first of them.
-	h.update(cfg, 0)
 	assert.Equal(t, session.StatusActive, h.mustGet(gateName, "late").Status)
-	assert.Equal(t, session.StatusWaiting, h.mustGet(gateName, "later").Status)
+	assert.Equal(t, session.Counters{NextPosition: 3, Active: 1, Waiting: 0}, h.state(gateName).Counters)
 }
 
 // pausedUpdate holds each Store.Update until told, after the Waitlist read

@@ -277,7 +277,7 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 	if out.Action == session.ActionDelete {
 		b.left(*existing, session.Released)
 	}
-	if _, err := s.promote(b, e, o.cfg, out.Promote, normTime(o.now)); err != nil {
+	if _, err := s.promote(b, e, o.cfg, out.Promote, normTime(o.now), time.Time{}); err != nil {
 		return err
 	}
 	o.sess = out.Session
@@ -286,15 +286,16 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 
 // promote promotes the first n waiters of the gate, in position order, with
 // session.Promote, but no more than the gate's pacing allows at now
-// (session.Pace). It returns how many it promoted.
-func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time) (int64, error) {
+// (session.Pace), and none that joined after joinedBy (session.Promotable;
+// zero: any). It returns how many it promoted.
+func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now, joinedBy time.Time) (int64, error) {
 	n = min(n, e.pace.Available(cfg, now))
 	if n <= 0 {
 		return 0, nil
 	}
 	// The priority lane first (session.PromotionLanes); the normal lane gets
 	// what it leaves, and only once it is empty.
-	done, err := s.promotePriority(b, e, cfg, n, now)
+	done, err := s.promotePriority(b, e, cfg, n, now, joinedBy)
 	if err != nil || done == n {
 		return done, err
 	}
@@ -308,7 +309,7 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 	}
 	var promoted int64
 	for _, w := range b.rows {
-		if !session.Promotable(w, now) {
+		if !session.Promotable(w, joinedBy) {
 			break
 		}
 		out := session.Promote(cfg, w, now)
@@ -383,7 +384,7 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 		}
 		b.left(*row, why)
 	}
-	n, err := s.promote(b, e, o.cfg, session.Promotions(o.cfg, e.c), now)
+	n, err := s.promote(b, e, o.cfg, session.Promotions(o.cfg, e.c), now, time.Time{})
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 	}
 	want := session.Promotions(o.cfg, e.c)
 	m := min(want, n)
-	did, err := s.promote(b, e, o.cfg, m, normTime(o.now))
+	did, err := s.promote(b, e, o.cfg, m, normTime(o.now), normTime(o.now)) // an update promotes only who had joined when it began
 	if err != nil {
 		return 0, err
 	}
