@@ -141,19 +141,21 @@ func DecidePurge(s Session) Outcome {
 	return o
 }
 
-// Promotable reports whether a promotion limited to the waiters who had
-// joined by joinedBy may promote the waiting session s; a zero joinedBy
-// limits nothing. An update passes its now: it reads the gate's
-// configuration once, at now, and runs over many transactions, for more
-// than a second on a long line, so a waiter that joined meanwhile is not
-// its to promote (a pre-queue's first arrivals, when the pre-queue opened
-// during the update, would be admitted before the draw). An op of one
-// transaction (a release, a purge) passes zero: its configuration is read
-// moments before it commits, and the slot it frees goes to the first waiter
-// at once. The stores stop at a lane's first waiter that is not promotable,
-// so promotions keep the line's order; the next op promotes it.
-func Promotable(s Session, joinedBy time.Time) bool {
-	return joinedBy.IsZero() || !s.CreatedAt.After(joinedBy)
+// Promotable reports whether a promotion limited to the sessions in line
+// before position below may promote the waiting session s; a zero below
+// limits nothing. An update passes the gate's next position when it began:
+// it reads the gate's configuration once, then and runs over many
+// transactions, for more than a second on a long line, so a waiter that
+// joined meanwhile is not its to promote (a pre-queue's first arrivals,
+// when the pre-queue opened during the update, would be admitted before
+// the draw). Positions, not clocks: a clock stepped back or an instance's
+// skew cannot hold a waiter back. An op of one transaction (a release, a
+// purge) passes zero: its configuration is read moments before it commits,
+// and the slot it frees goes to the first waiter at once. The stores stop
+// at a lane's first waiter that is not promotable, so promotions keep the
+// line's order; the next op promotes it.
+func Promotable(s Session, below int64) bool {
+	return below == 0 || s.Position < below
 }
 
 // Promote decides the promotion of one waiting session to active. With a

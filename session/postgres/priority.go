@@ -71,7 +71,7 @@ func (s *Store) applyCode(ctx context.Context, b *batch, g *gateTx, o *op, out s
 // order (the database's merged with the transaction's copies, which
 // override them) and returns how many. The lower bound of the first waiter
 // (Store.lb) is left alone: normal waiters below them still wait.
-func (s *Store) promotePriority(ctx context.Context, b *batch, g *gateTx, cfg session.GateConfig, n int64, now, joinedBy time.Time) (int64, error) {
+func (s *Store) promotePriority(ctx context.Context, b *batch, g *gateTx, cfg session.GateConfig, n int64, now time.Time, below int64) (int64, error) {
 	limit := n + int64(len(b.rows))
 	rows, err := b.tx.Query(ctx, sqlPriorityWaiters, g.name, limit)
 	if err != nil {
@@ -84,7 +84,7 @@ func (s *Store) promotePriority(ctx context.Context, b *batch, g *gateTx, cfg se
 	cands := b.waiters(g, fromDB, limit, session.LanePriority)
 	var done int64
 	for _, e := range cands {
-		if done == n || !session.Promotable(e.s, joinedBy) {
+		if done == n || !session.Promotable(e.s, below) {
 			break
 		}
 		out := session.Promote(cfg, e.s, now)

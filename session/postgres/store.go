@@ -556,6 +556,9 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		rep.PurgedWaiting += step.purgedWaiting
 		rep.PurgedActive += step.purgedActive
 		rep.Promoted += step.promoted
+		if testHookUpdateStep != nil && !step.finished {
+			testHookUpdateStep()
+		}
 	}
 	if _, err := c.Exec(ctx, "DELETE FROM anteroom_commits WHERE gate = $1 AND committed < now() - make_interval(secs => $2)",
 		cfg.Name, s.retention.Seconds()); err != nil {
@@ -565,6 +568,10 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 	rep.Duration = time.Since(start)
 	return rep, nil
 }
+
+// testHookUpdateStep, set only by this package's tests, runs between the
+// transactions of an update.
+var testHookUpdateStep func()
 
 // Purge deletes those of ids that session.StaleReason calls stale at now,
 // then promotes session.PromotionCount waiters into the freed slots, in one

@@ -66,6 +66,10 @@ type updateStep struct {
 	now                         int64 // unclaimed past their deadline before it
 	phase                       int
 	finished                    bool
+	// lineEnd is the gate's next position at the update's first
+	// transaction: it promotes only the sessions in line before it
+	// (session.Promotable).
+	lineEnd int64
 
 	purgedWaiting, purgedActive, promoted int64
 }
@@ -965,7 +969,7 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 		} else {
 			b.eventWhy(g, session.EventDequeued, existing, session.Released)
 		}
-		if _, err := s.promote(ctx, b, g, o.cfg, out.Promote, o.now, time.Time{}); err != nil {
+		if _, err := s.promote(ctx, b, g, o.cfg, out.Promote, o.now, 0); err != nil {
 			return err
 		}
 		o.sess = out.Session
@@ -992,7 +996,7 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 // promote promotes the first n waiters of the gate, in position order: the
 // database's waiters merged with the transaction's copies, which override
 // them.
-func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.GateConfig, n int64, now, joinedBy time.Time) (done int64, err error) {
+func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.GateConfig, n int64, now time.Time, below int64) (done int64, err error) {
 	// Pacing (session.Pace) admits no more than its tokens allow; what was
 	// promoted is taken from them.
 	n = min(n, g.pace.Available(cfg, now))
@@ -1006,7 +1010,7 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.Ga
 	}()
 	// The priority lane first (session.PromotionLanes); the normal lane gets
 	// what it leaves, and only once it is empty.
-	if done, err = s.promotePriority(ctx, b, g, cfg, n, now, joinedBy); err != nil || done == n {
+	if done, err = s.promotePriority(ctx, b, g, cfg, n, now, below); err != nil || done == n {
 		return done, err
 	}
 	limit := n - done + int64(len(b.rows))
@@ -1021,7 +1025,7 @@ func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.Ga
 	cands := b.waiters(g, fromDB, limit, session.LaneNormal)
 
 	for _, e := range cands {
-		if done == n || !session.Promotable(e.s, joinedBy) {
+		if done == n || !session.Promotable(e.s, below) {
 			break
 		}
 		out := session.Promote(cfg, e.s, now)
@@ -1126,7 +1130,7 @@ func (s *Store) applyPurge(ctx context.Context, b *batch, o *op) error {
 			b.eventWhy(g, session.EventDequeued, row, why)
 		}
 	}
-	n, err := s.promote(ctx, b, g, o.cfg, session.Promotions(o.cfg, g.c), o.now, time.Time{})
+	n, err := s.promote(ctx, b, g, o.cfg, session.Promotions(o.cfg, g.c), o.now, 0)
 	if err != nil {
 		return err
 	}
@@ -1142,6 +1146,9 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 	g := b.gates[o.cfg.Name]
 	if err := s.flush(ctx, b); err != nil {
 		return err
+	}
+	if st.lineEnd == 0 {
+		st.lineEnd = g.c.NextPosition
 	}
 	budget := int64(st.chunk)
 	// purge runs a purge statement and accounts for the rows it deleted
@@ -1196,7 +1203,7 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 		st.phase = 2
 	}
 	want := session.Promotions(o.cfg, g.c)
-	n, err := s.promote(ctx, b, g, o.cfg, min(want, budget), o.now, o.now) // an update promotes only who had joined when it began
+	n, err := s.promote(ctx, b, g, o.cfg, min(want, budget), o.now, st.lineEnd)
 	if err != nil {
 		return err
 	}

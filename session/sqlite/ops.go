@@ -277,7 +277,7 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 	if out.Action == session.ActionDelete {
 		b.left(*existing, session.Released)
 	}
-	if _, err := s.promote(b, e, o.cfg, out.Promote, normTime(o.now), time.Time{}); err != nil {
+	if _, err := s.promote(b, e, o.cfg, out.Promote, normTime(o.now), 0); err != nil {
 		return err
 	}
 	o.sess = out.Session
@@ -286,16 +286,16 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 
 // promote promotes the first n waiters of the gate, in position order, with
 // session.Promote, but no more than the gate's pacing allows at now
-// (session.Pace), and none that joined after joinedBy (session.Promotable;
+// (session.Pace), and none at or after position below (session.Promotable;
 // zero: any). It returns how many it promoted.
-func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now, joinedBy time.Time) (int64, error) {
+func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time, below int64) (int64, error) {
 	n = min(n, e.pace.Available(cfg, now))
 	if n <= 0 {
 		return 0, nil
 	}
 	// The priority lane first (session.PromotionLanes); the normal lane gets
 	// what it leaves, and only once it is empty.
-	done, err := s.promotePriority(b, e, cfg, n, now, joinedBy)
+	done, err := s.promotePriority(b, e, cfg, n, now, below)
 	if err != nil || done == n {
 		return done, err
 	}
@@ -309,7 +309,7 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 	}
 	var promoted int64
 	for _, w := range b.rows {
-		if !session.Promotable(w, joinedBy) {
+		if !session.Promotable(w, below) {
 			break
 		}
 		out := session.Promote(cfg, w, now)
@@ -384,7 +384,7 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 		}
 		b.left(*row, why)
 	}
-	n, err := s.promote(b, e, o.cfg, session.Promotions(o.cfg, e.c), now, time.Time{})
+	n, err := s.promote(b, e, o.cfg, session.Promotions(o.cfg, e.c), now, 0)
 	if err != nil {
 		return err
 	}

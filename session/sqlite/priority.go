@@ -135,7 +135,7 @@ func (s *Store) applyCode(e *gateEntry, o *op, out session.Outcome) (session.Out
 // promotePriority promotes up to n waiters of the priority lane in position
 // order and returns how many. The gate's lower bound of its first waiter
 // (gateEntry.lb) is left alone: normal waiters below them still wait.
-func (s *Store) promotePriority(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now, joinedBy time.Time) (int64, error) {
+func (s *Store) promotePriority(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time, below int64) (int64, error) {
 	rows, err := s.wc.query(s.wc.prio.firstPriority, e.name, n)
 	if err != nil {
 		return 0, fmt.Errorf("read priority waiters: %w", err)
@@ -146,7 +146,7 @@ func (s *Store) promotePriority(b *batch, e *gateEntry, cfg session.GateConfig, 
 	}
 	var promoted int64
 	for _, w := range waiters {
-		if !session.Promotable(w, joinedBy) {
+		if !session.Promotable(w, below) {
 			break
 		}
 		out := session.Promote(cfg, w, now)

@@ -32,6 +32,9 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 		return err
 	}
 	defer func() { o.upd = step }()
+	if st.lineEnd == 0 {
+		st.lineEnd = e.c.NextPosition
+	}
 	budget := int64(st.chunk)
 	began := time.Now()
 	for budget > 0 && !st.finished {
@@ -112,7 +115,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 	}
 	want := session.Promotions(o.cfg, e.c)
 	m := min(want, n)
-	did, err := s.promote(b, e, o.cfg, m, normTime(o.now), normTime(o.now)) // an update promotes only who had joined when it began
+	did, err := s.promote(b, e, o.cfg, m, normTime(o.now), st.lineEnd)
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -182,4 +183,69 @@ func TestUpdateTakesAJoinQueuedDuringItsStep(t *testing.T) {
 		total += c.purged
 	}
 	assert.Equal(t, 100, total)
+}
+
+// An update promotes only the sessions in line when it began
+// (session.Promotable): a join that arrives while it runs waits for the
+// next op, and the update stops there. Before, the update's later
+// transactions promoted such joins with the configuration it read at its
+// start: an update that began before an event's pre-queue opened admitted
+// the pre-queue's first arrivals, in arrival order, before the draw.
+func TestUpdatePromotesOnlyWhoWasInLine(t *testing.T) {
+	defer func(d time.Duration) { updateYieldAfter = d }(updateYieldAfter)
+	updateYieldAfter = 0 // the update yields to the queued joins after its first step
+	s, err := Open(filepath.Join(t.TempDir(), "u.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	clock := sessiontest.NewClock(epoch)
+	w, err := session.New(ctx, s, []session.GateConfig{sessiontest.GateConfig("default", 3)},
+		session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer w.Close()
+	for _, id := range []string{"a1", "a2", "a3"} { // the active sessions, stale at the update
+		_, err := w.Join(ctx, "default", id)
+		require.NoError(t, err)
+	}
+	clock.Advance(sessiontest.ActiveTimeout + time.Second)
+	_, err = w.AddEvent(ctx, session.ScheduledEvent{Gate: "default", ID: "drop",
+		PrequeueAt: clock.Now().Add(10 * time.Second), StartsAt: clock.Now().Add(time.Minute), Shuffle: true})
+	require.NoError(t, err)
+
+	arrivals := []string{"first-arrival", "second-arrival"}
+	joined := make(chan error, len(arrivals))
+	var once sync.Once
+	defer func() { testHookUpdateStep = nil }()
+	testHookUpdateStep = func() {
+		once.Do(func() { // after the update's first step: the pre-queue opens, two arrive
+			clock.Advance(11 * time.Second)
+			for _, id := range arrivals {
+				go func() {
+					v, err := w.Join(ctx, "default", id)
+					if err == nil && v.Status != session.StatusWaiting {
+						err = fmt.Errorf("%s joined %s during the pre-queue", id, v.Status)
+					}
+					joined <- err
+				}()
+			}
+			require.Eventually(t, func() bool { return len(s.ops) == len(arrivals) }, 5*time.Second, time.Millisecond)
+		})
+	}
+	rep, err := w.Update(ctx)
+	require.NoError(t, err)
+	for range arrivals {
+		require.NoError(t, <-joined)
+	}
+	require.Len(t, rep, 1)
+	assert.EqualValues(t, 3, rep[0].PurgedActive)
+	assert.Zero(t, rep[0].Promoted, "the update promoted someone who was not in line when it began")
+	for _, id := range arrivals {
+		v, err := w.Status(ctx, "default", id)
+		require.NoError(t, err)
+		assert.Equal(t, session.StatusWaiting, v.Status, "%s was admitted before the draw", id)
+	}
+	// The next update sees the pre-queue and holds the line.
+	rep, err = w.Update(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, rep[0].Promoted)
 }

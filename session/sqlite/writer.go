@@ -112,6 +112,10 @@ type updateStep struct {
 	now                         int64 // unix nanos: unclaimed past their deadline before it
 	phase                       int   // 0 purge waiting, 1 purge active, 2 promote
 	finished                    bool
+	// lineEnd is the gate's next position at the update's first
+	// transaction: it promotes only the sessions in line before it
+	// (session.Promotable).
+	lineEnd int64
 
 	purgedWaiting, purgedActive, promoted int64
 }
