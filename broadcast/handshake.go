@@ -80,7 +80,11 @@ func originAllowed(r *http.Request, patterns []string) bool {
 		if strings.Contains(p, "://") {
 			target = u.Scheme + "://" + u.Host
 		}
-		if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
+		ok, err := path.Match(strings.ToLower(p), strings.ToLower(target))
+		if err != nil {
+			return false // the library refuses at a malformed pattern (New logged it)
+		}
+		if ok {
 			return true
 		}
 	}

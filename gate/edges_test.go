@@ -237,6 +237,8 @@ func TestProxyKeepsTheBasePathFromTheApp(t *testing.T) {
 		"/x/../anteroom/admin/api/gates",
 		"/anteroom//api/status",
 		"/anteroom/unknown",
+		"/ANTEROOM/admin/api/gates", // protect matches in any letter case; so does this
+		"/Anteroom",
 	} {
 		t.Run(p, func(t *testing.T) {
 			a := call(t, "GET", sc.URL+p, "", "Authorization", tok)
@@ -244,11 +246,15 @@ func TestProxyKeepsTheBasePathFromTheApp(t *testing.T) {
 			assert.Equal(t, session.Code("not_found"), errorCode(t, string(a.body)))
 		})
 	}
-	// The app's own paths still go through, cleaned.
-	a := call(t, "GET", sc.URL+"/shop/./cart", "", "Authorization", tok)
-	assert.Equal(t, http.StatusOK, a.status, "%s", a.body)
-	require.Len(t, seen, 1, "only the app's path reached the app")
+	// The app's own paths still go through, cleaned, also one that only
+	// starts like the base.
+	for _, p := range []string{"/shop/./cart", "/anteroomish"} {
+		a := call(t, "GET", sc.URL+p, "", "Authorization", tok)
+		assert.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	}
+	require.Len(t, seen, 2, "only the app's paths reached the app")
 	assert.Equal(t, "/shop/cart", <-seen)
+	assert.Equal(t, "/anteroomish", <-seen)
 }
 
 // The hub's cap per client counts an IPv6 client by its /64, as the rate
@@ -281,4 +287,39 @@ func TestWebsocketCapCountsAnIPv6ClientByItsSlash64(t *testing.T) {
 	assert.Equal(t, 2, n, "one /64 is one client")
 	assert.True(t, served("2001:db8:1:3::1"), "the next /64 is another client")
 	assert.True(t, served("192.0.2.7"), "an IPv4 client is its address")
+}
+
+// In reverse-proxy mode a newcomer let in at once gets the app's page and
+// its session cookie in one answer: the app's caching headers must not let
+// a shared cache keep it (and hand the session to everyone). Before, the
+// app's "public, max-age=600" went out beside the new cookie.
+func TestProxyNewcomersCookieIsNeverOnACacheableAnswer(t *testing.T) {
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=600")
+		w.Header().Set("Expires", "Thu, 01 Jan 2099 00:00:00 GMT")
+		_, _ = io.WriteString(w, "<h1>product page</h1>")
+	}))
+	t.Cleanup(app.Close)
+	u, err := url.Parse(app.URL)
+	require.NoError(t, err)
+	sc := gatetest.StartSidecar(t, gatetest.Options{
+		Gates: []session.GateConfig{gatetest.Gate("default", 10)},
+		Gate:  func(o *gate.Options) { o.Proxy = gate.ProxyOptions{Upstream: u} },
+	})
+	a := call(t, "GET", sc.URL+"/product/42", "", "Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	require.Contains(t, string(a.body), "product page", "let in at once: the app's page")
+	require.Contains(t, strings.Join(a.header.Values("Set-Cookie"), ";"), gate.CookieName+"=")
+	assert.Equal(t, []string{"private, no-store"}, a.header.Values("Cache-Control"))
+	assert.Empty(t, a.header.Values("Expires"))
+
+	// An admitted visitor's later requests keep the app's own caching.
+	var cookie string
+	for _, c := range a.header.Values("Set-Cookie") {
+		cookie = strings.SplitN(c, ";", 2)[0]
+	}
+	a = call(t, "GET", sc.URL+"/product/42", "", "Accept", "text/html", "Cookie", cookie)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.Empty(t, a.header.Values("Set-Cookie"))
+	assert.Equal(t, []string{"public, max-age=600"}, a.header.Values("Cache-Control"))
 }

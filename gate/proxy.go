@@ -63,6 +63,10 @@ type proxy struct {
 type proxyState struct {
 	gate, session string        // set for an admitted request
 	body          *progressBody // nil without a body
+	// cookie: the answer hands out a session's cookie (a newcomer let in at
+	// once), so the app's answer must not be stored by a shared cache,
+	// whatever caching it asks for.
+	cookie bool
 }
 
 type proxyStateKey struct{}
@@ -106,6 +110,13 @@ func (s *Server) newProxy(p ProxyOptions) (*proxy, error) {
 				pr.Out.Header[GateHeader] = []string{st.gate}
 			}
 		},
+		ModifyResponse: func(res *http.Response) error {
+			if st, _ := res.Request.Context().Value(proxyStateKey{}).(*proxyState); st != nil && st.cookie {
+				res.Header.Set("Cache-Control", "private, no-store")
+				res.Header.Del("Expires")
+			}
+			return nil
+		},
 		Transport:     p.Transport,
 		FlushInterval: -1, // stream: server-sent events and long polls pass through at once
 		ErrorHandler:  s.upstreamFailed,
@@ -135,7 +146,7 @@ func (p *proxy) protects(path string) bool {
 // ("" on a bypassed path).
 func (s *Server) forward(c echo.Context, gate, id string) {
 	w, r := c.Response(), c.Request()
-	st := &proxyState{gate: gate, session: id}
+	st := &proxyState{gate: gate, session: id, cookie: len(w.Header().Values("Set-Cookie")) > 0}
 	st.body = withBodyDeadline(w, r, s.proxy.opts.BodyIdleTimeout)
 	s.proxy.reverse.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyStateKey{}, st)))
 }
@@ -155,7 +166,7 @@ func (s *Server) serveProxy(c echo.Context) error {
 	// The sidecar's own paths are never the app's: another spelling of one
 	// ("/anteroom//admin/api", "/x/../anteroom/api/join") reaches this
 	// catch-all instead of its route and must not be forwarded cleaned.
-	if base := s.opts.BasePath; clean == base || strings.HasPrefix(clean, base+"/") {
+	if hasPathPrefix(clean, s.opts.BasePath+"/", true) { // {base} itself or under it, in any letter case
 		return apiError(codeRouteNotFound, "not found")
 	}
 	r.URL.Path, r.URL.RawPath = clean, ""
