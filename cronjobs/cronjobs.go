@@ -43,6 +43,11 @@ func ParseSchedule(spec string) (cron.Schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%q is neither a duration nor a cron spec: %w", spec, err)
 	}
+	// A spec of a date that never comes ("0 0 30 2 *") parses, and the
+	// update would never run again: the library finds no time to run it.
+	if sched.Next(time.Now()).IsZero() {
+		return nil, fmt.Errorf("cron spec %q never runs (a date that does not exist?)", spec)
+	}
 	return sched, nil
 }
 

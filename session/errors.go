@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code is a stable, snake_case name for a class of error. The HTTP layer maps
@@ -31,9 +32,11 @@ type Error struct {
 	Err     error
 }
 
-// Error implements error.
+// Error implements error. The cause is added after the message unless the
+// message already says it (Errorf's messages do: a cause printed twice made
+// a damaged file's long explanation appear twice in /readyz).
 func (e *Error) Error() string {
-	if e.Err != nil {
+	if e.Err != nil && !strings.Contains(e.Message, e.Err.Error()) {
 		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
 	}
 	return fmt.Sprintf("%s: %s", e.Code, e.Message)

@@ -307,6 +307,12 @@ func TestGateConfigValidate(t *testing.T) {
 		{"negative limit", func(c *session.GateConfig) { c.ActiveLimit = -1 }, "active_limit"},
 		{"zero active timeout", func(c *session.GateConfig) { c.ActiveTimeout = 0 }, "active_timeout"},
 		{"zero waiting timeout", func(c *session.GateConfig) { c.WaitingTimeout = 0 }, "waiting_timeout"},
+		// Past a year a deadline's Unix nanoseconds could wrap into the past
+		// (every promoted session purged at once).
+		{"claim timeout past a year", func(c *session.GateConfig) { c.ClaimTimeout = 2562047 * time.Hour }, "claim_timeout"},
+		{"claim timeout of a year", func(c *session.GateConfig) { c.ClaimTimeout = session.MaxWindow }, ""},
+		{"notify claim timeout past a year", func(c *session.GateConfig) { c.NotifyClaimTimeout = session.MaxWindow + 1 }, "notify_claim_timeout"},
+		{"release grace past a year", func(c *session.GateConfig) { c.ReleaseOnDisconnect = session.MaxWindow + 1 }, "release_on_disconnect"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -353,6 +359,10 @@ func TestErrorCodes(t *testing.T) {
 	cause := assert.AnError
 	wrapped := session.Errorf(session.CodeInternal, "sqlite: join: %w", cause)
 	assert.ErrorIs(t, wrapped, cause)
+	// The cause is said once: Errorf's message holds it already.
+	assert.Equal(t, "internal: sqlite: join: "+cause.Error(), wrapped.Error())
+	// A message without it gets it appended.
+	assert.Equal(t, "internal: open: "+cause.Error(), (&session.Error{Code: session.CodeInternal, Message: "open", Err: cause}).Error())
 }
 
 func TestStaleReason(t *testing.T) {

@@ -120,6 +120,12 @@ func (m Mode) Admits() bool { return m == "" || m == ModeOpen }
 // MaxNewUsersPerMinute bounds GateConfig.NewUsersPerMinute.
 const MaxNewUsersPerMinute = 1 << 40
 
+// MaxWindow bounds a gate's claim windows and its release_on_disconnect
+// grace: a year. A deadline is stored in Unix nanoseconds, which end in
+// 2262; a window of a few million hours wrapped around into the past and
+// had every promoted session purged at once.
+const MaxWindow = 365 * 24 * time.Hour
+
 // Validate returns an ErrInvalidArgument error naming the first field that is
 // out of range.
 func (c GateConfig) Validate() error {
@@ -132,14 +138,14 @@ func (c GateConfig) Validate() error {
 		return Errorf(CodeInvalidArgument, "gate %q: active_timeout %v: must be positive", c.Name, c.ActiveTimeout)
 	case c.WaitingTimeout <= 0:
 		return Errorf(CodeInvalidArgument, "gate %q: waiting_timeout %v: must be positive", c.Name, c.WaitingTimeout)
-	case c.ClaimTimeout < 0:
-		return Errorf(CodeInvalidArgument, "gate %q: claim_timeout %v: must not be negative", c.Name, c.ClaimTimeout)
-	case c.NotifyClaimTimeout < 0:
-		return Errorf(CodeInvalidArgument, "gate %q: notify_claim_timeout %v: must not be negative", c.Name, c.NotifyClaimTimeout)
+	case c.ClaimTimeout < 0 || c.ClaimTimeout > MaxWindow:
+		return Errorf(CodeInvalidArgument, "gate %q: claim_timeout %v: must be from 0 to %v", c.Name, c.ClaimTimeout, MaxWindow)
+	case c.NotifyClaimTimeout < 0 || c.NotifyClaimTimeout > MaxWindow:
+		return Errorf(CodeInvalidArgument, "gate %q: notify_claim_timeout %v: must be from 0 to %v", c.Name, c.NotifyClaimTimeout, MaxWindow)
 	case c.AdmissionTTL != 0 && (c.AdmissionTTL < time.Second || c.AdmissionTTL > MaxAdmissionTTL):
 		return Errorf(CodeInvalidArgument, "gate %q: admission_token.ttl %v: must be 0 (no admission tokens) or from 1s to %v", c.Name, c.AdmissionTTL, MaxAdmissionTTL)
-	case c.ReleaseOnDisconnect < 0:
-		return Errorf(CodeInvalidArgument, "gate %q: release_on_disconnect %v: must not be negative", c.Name, c.ReleaseOnDisconnect)
+	case c.ReleaseOnDisconnect < 0 || c.ReleaseOnDisconnect > MaxWindow:
+		return Errorf(CodeInvalidArgument, "gate %q: release_on_disconnect %v: must be from 0 to %v", c.Name, c.ReleaseOnDisconnect, MaxWindow)
 	case !c.Mode.Valid():
 		return Errorf(CodeInvalidArgument, "gate %q: mode %q: want open, queue_all or reject", c.Name, c.Mode)
 	case c.NewUsersPerMinute < 0 || c.NewUsersPerMinute > MaxNewUsersPerMinute:

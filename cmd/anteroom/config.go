@@ -593,7 +593,9 @@ func (c *Config) applyEnv(environ []string) ([]EnvWarning, error) {
 		v := vars[k]
 		var err error
 		if s, ok := byEnv[k]; ok {
-			err = s.apply(c, v)
+			if err = plainEnvValue(v); err == nil {
+				err = s.apply(c, v)
+			}
 		} else if applied, gerr := c.applyGateEnv(k, v); applied || gerr != nil {
 			err = gerr
 		} else {
@@ -610,6 +612,31 @@ func (c *Config) applyEnv(environ []string) ([]EnvWarning, error) {
 	return warnings, nil
 }
 
+// plainEnvValue refuses a value of a top-level setting with a control
+// character or with white space at either end: a newline kept from a file
+// (a Kubernetes ConfigMap made --from-file) made a database path name a new,
+// empty file, and an admin token one that no header can carry.
+func plainEnvValue(v string) error {
+	if strings.TrimSpace(v) != v {
+		return errors.New("has white space at its start or end (a newline from a file?)")
+	}
+	if i := strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
+		return fmt.Errorf("has a control character (%q) at byte %d", v[i], i)
+	}
+	return nil
+}
+
+// hasGateEnvName reports whether a configured gate's environment name
+// (gateEnvName) is envName.
+func (c *Config) hasGateEnvName(envName string) bool {
+	for n := range c.Gates {
+		if gateEnvName(n) == envName {
+			return true
+		}
+	}
+	return false
+}
+
 // applyGateEnv applies k when it is a per-gate variable with a known field
 // (ANTEROOM_GATES_<NAME>_<FIELD>); applied is false for any other name.
 func (c *Config) applyGateEnv(k, v string) (applied bool, err error) {
@@ -617,16 +644,29 @@ func (c *Config) applyGateEnv(k, v string) (applied bool, err error) {
 	if !ok {
 		return false, nil
 	}
+	// One field's name may end another's (_CLAIM_TIMEOUT, _NOTIFY_CLAIM_TIMEOUT):
+	// of the ways to split the name, the one whose <NAME> is a configured
+	// gate wins; two such are refused; with none, the longest field (the
+	// first in settings that matches).
 	var s setting
 	var envName string
+	configured := 0
 	for _, cand := range settings {
 		if cand.applyGate == nil {
 			continue
 		}
 		field := strings.TrimPrefix(cand.env, gateEnvPrefix+"<NAME>")
-		if n, ok := strings.CutSuffix(rest, field); ok && n != "" {
+		n, ok := strings.CutSuffix(rest, field)
+		if !ok || n == "" {
+			continue
+		}
+		if c.hasGateEnvName(n) {
+			if configured++; configured > 1 {
+				return true, fmt.Errorf("config: %s names two configured gates' settings (%s and %s): rename one of the gates", k, strings.ToLower(envName), strings.ToLower(n))
+			}
 			s, envName = cand, n
-			break
+		} else if configured == 0 && s.applyGate == nil {
+			s, envName = cand, n
 		}
 	}
 	if s.applyGate == nil {
@@ -990,11 +1030,11 @@ func (c Config) Validate() error {
 		if g.WaitingTimeout <= 0 {
 			return bad(key+".waiting_timeout", "must be a positive duration such as \"5m\"")
 		}
-		if g.ClaimTimeout != nil && *g.ClaimTimeout < 0 {
-			return bad(key+".claim_timeout", "must not be negative (0 turns the claim window off)")
+		if g.ClaimTimeout != nil && (*g.ClaimTimeout < 0 || time.Duration(*g.ClaimTimeout) > session.MaxWindow) {
+			return bad(key+".claim_timeout", "must not be negative (0 turns the claim window off) nor past %v", session.MaxWindow)
 		}
-		if g.ReleaseOnDisconnect != nil && *g.ReleaseOnDisconnect < 0 {
-			return bad(key+".release_on_disconnect", "must not be negative (0 turns it off)")
+		if g.ReleaseOnDisconnect != nil && (*g.ReleaseOnDisconnect < 0 || time.Duration(*g.ReleaseOnDisconnect) > session.MaxWindow) {
+			return bad(key+".release_on_disconnect", "must not be negative (0 turns it off) nor past %v", session.MaxWindow)
 		}
 		if m := session.Mode(g.Mode); !m.Valid() {
 			return bad(key+".mode", "%s: want open, queue_all or reject", quote(g.Mode))
@@ -1008,11 +1048,25 @@ func (c Config) Validate() error {
 		if d := time.Duration(g.AdmissionToken.TTL); d != 0 && (d < time.Second || d > maxAdmissionTTL) {
 			return bad(key+".admission_token.ttl", "must be 0 (no admission tokens) or from 1s to %v, such as \"5m\"", maxAdmissionTTL)
 		}
-		if g.NotifyClaimTimeout < 0 {
-			return bad(key+".notify_claim_timeout", "must be a positive duration such as \"15m\"")
+		if g.NotifyClaimTimeout < 0 || time.Duration(g.NotifyClaimTimeout) > session.MaxWindow {
+			return bad(key+".notify_claim_timeout", "must be a duration such as \"15m\", at most %v", session.MaxWindow)
 		}
 	}
 	return nil
+}
+
+// wideNetworks returns those of nets wider than an IPv4 /8 or an IPv6 /32
+// ("0.0.0.0/0"): every address in them may set X-Forwarded-For and is
+// exempt from max_conns_per_ip, so per-client limits become the client's
+// word. Worth a warning at start.
+func wideNetworks(nets []*net.IPNet) []string {
+	var out []string
+	for _, n := range nets {
+		if ones, bits := n.Mask.Size(); ones < bits/4 {
+			out = append(out, n.String())
+		}
+	}
+	return out
 }
 
 // TrustedNetworks parses trusted_proxies: CIDRs ("10.0.0.0/8") or single

@@ -125,6 +125,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	if err != nil {
 		return err
 	}
+	for _, n := range wideNetworks(trusted) {
+		log.Warn("anteroom: trusted_proxies holds a very wide network: every client in it is believed about its own address and exempt from max_conns_per_ip",
+			"network", n)
+	}
 	var upstream *url.URL
 	if cfg.Upstream != "" {
 		if upstream, err = url.Parse(cfg.Upstream); err != nil {

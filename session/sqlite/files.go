@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -48,6 +49,43 @@ func resolvePath(path string) (string, error) {
 		return "", fmt.Errorf("resolve %s: %w", path, err)
 	}
 	return resolved, nil
+}
+
+// sqliteHeader begins every SQLite database file.
+const sqliteHeader = "SQLite format 3\x00"
+
+// checkDBFile refuses, before anything touches it (tightenFiles changes
+// modes, the lock takes a file beside it), a path that names something
+// other than a database: not a regular file (a directory, a device such as
+// /dev/null, a FIFO), or a file whose content is not an SQLite database (a
+// config file given by mistake). A missing or empty file is fine: Open
+// makes the database there.
+func checkDBFile(path string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory, not a database file", path)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file (%s), not a database file", path, fi.Mode().Type())
+	case fi.Size() == 0:
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var hdr [len(sqliteHeader)]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil || string(hdr[:]) != sqliteHeader {
+		return fmt.Errorf("%s is not an SQLite database (it does not begin with the SQLite header); refusing to touch it", path)
+	}
+	return nil
 }
 
 // openDBFile opens the database file, creating it with fileMode when it

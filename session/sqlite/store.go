@@ -292,6 +292,9 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, session.Errorf(session.CodeInternal, "sqlite: open %q: %w", path, err)
 	}
 	path = resolved
+	if err := checkDBFile(path); err != nil {
+		return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: open %q: %w", path, err)
+	}
 	tightenFiles(path, opts.Logger) // before anything opens them
 	lock, err := acquireLock(path, path+".lock")
 	if err != nil {
