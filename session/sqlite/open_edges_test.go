@@ -3,7 +3,6 @@ package sqlite_test
 import (
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,23 +17,30 @@ import (
 // 0600 for every process) and left a lock file beside it, then failed with
 // "file is not a database" or "disk I/O error".
 func TestOpenRefusesWhatIsNotADatabase(t *testing.T) {
-	dir := t.TempDir()
+	refusedUntouched(t, openEdgeCases(t, t.TempDir()))
+}
+
+type openEdgeCase struct{ name, path, want, file string }
+
+func openEdgeCases(t *testing.T, dir string) []openEdgeCase {
 	text := filepath.Join(dir, "anteroom.yaml")
 	require.NoError(t, os.WriteFile(text, []byte("listen: 127.0.0.1:8080\n"), 0o644))
 	require.NoError(t, os.Chmod(text, 0o644))
-	fifo := filepath.Join(dir, "fifo")
-	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
-	require.NoError(t, os.Chmod(fifo, 0o644))
 	link := filepath.Join(dir, "link.db")
 	require.NoError(t, os.Symlink(text, link))
 	sub := filepath.Join(dir, "sub")
 	require.NoError(t, os.Mkdir(sub, 0o755))
-	for _, tc := range []struct{ name, path, want, file string }{
+	return []openEdgeCase{
 		{"a text file", text, "not an SQLite database", text},
 		{"a symlink to it", link, "not an SQLite database", text},
-		{"a FIFO", fifo, "not a regular file", fifo},
 		{"a directory", sub, "is a directory", sub},
-	} {
+	}
+}
+
+// refusedUntouched checks that Open refuses each case and leaves its file's
+// mode, and no lock file beside it.
+func refusedUntouched(t *testing.T, cases []openEdgeCase) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before, err := os.Stat(tc.file)
 			require.NoError(t, err)

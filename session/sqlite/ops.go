@@ -482,12 +482,17 @@ func (s *Store) waitingPositions(gate string, hint int64) ([]int64, error) {
 // probeKey names the row a readiness probe writes and deletes.
 const probeKey = "ready_probe"
 
-// applyProbe writes a row of about two pages and deletes it: the
-// transaction commits only if the database can take new data, as much as a
-// join's page splits need (its session row and its history record are in
-// two b-trees).
+// probeBytes is what a probe writes (and deletes in the same transaction):
+// more than a batch of joins writes. A probe of 8 KiB on a full disk
+// committed into the blocks the failed commit had already added to the WAL,
+// so the Store said ready while every join still failed.
+const probeBytes = 1 << 20
+
+// applyProbe writes a row of probeBytes and deletes it: the transaction
+// commits only if the database and its WAL can take more new data than a
+// batch of joins needs.
 func (s *Store) applyProbe() error {
-	if _, err := s.wc.exec(s.wc.insertMeta, probeKey, make([]byte, 8192)); err != nil {
+	if _, err := s.wc.exec(s.wc.insertMeta, probeKey, make([]byte, probeBytes)); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
 	if _, err := s.wc.exec(s.wc.deleteMeta, probeKey); err != nil {
