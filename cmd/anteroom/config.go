@@ -224,6 +224,12 @@ func ParseConfig(data []byte) (Config, error) {
 		}
 		return Config{}, fmt.Errorf("not valid YAML: %w", err)
 	}
+	// checkNode follows every alias at each use: refuse first a file whose
+	// aliases expand it past maxExpandedNodes (31 KB of aliases to aliases
+	// took seconds of CPU before yaml's own guard said no).
+	if n := expandedNodes(&doc, map[*yaml.Node]int{}, 0); n > maxExpandedNodes {
+		return Config{}, fmt.Errorf("not valid YAML: its aliases expand it to more than %d nodes", maxExpandedNodes)
+	}
 	if err := checkNode(&doc, configType, ""); err != nil {
 		return Config{}, err
 	}
@@ -244,6 +250,36 @@ var (
 	// goTypeNames matches the Go type names in yaml's own errors.
 	goTypeNames = regexp.MustCompile(` (in|into) (type )?[\w.*\[\]]+`)
 )
+
+// maxExpandedNodes bounds the nodes of a config file with its aliases
+// expanded: far more than any real configuration (a gate is a few dozen).
+const maxExpandedNodes = 200_000
+
+// expandedNodes counts the nodes under n with every alias expanded, each
+// node's count computed once (memo), so it costs the file's size, not its
+// expansion; past maxExpandedNodes it stops counting.
+func expandedNodes(n *yaml.Node, memo map[*yaml.Node]int, depth int) int {
+	if n == nil || depth > 1000 {
+		return maxExpandedNodes + 1 // nesting that deep is no configuration
+	}
+	if c, ok := memo[n]; ok {
+		return c
+	}
+	memo[n] = maxExpandedNodes + 1 // an alias cycle counts as too many
+	c := 1
+	if n.Kind == yaml.AliasNode {
+		c = expandedNodes(n.Alias, memo, depth+1)
+	}
+	for _, ch := range n.Content {
+		if c > maxExpandedNodes {
+			break
+		}
+		c += expandedNodes(ch, memo, depth+1)
+	}
+	c = min(c, maxExpandedNodes+1)
+	memo[n] = c
+	return c
+}
 
 // maxAliasDepth bounds how many aliases checkNode follows in a row.
 const maxAliasDepth = 16

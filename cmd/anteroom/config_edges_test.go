@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,4 +101,28 @@ func TestWideTrustedNetworks(t *testing.T) {
 		nets = append(nets, n)
 	}
 	assert.Equal(t, []string{"0.0.0.0/0", "::/0", "100.0.0.0/7"}, wideNetworks(nets))
+}
+
+// A file whose aliases expand it enormously is refused before checkNode
+// follows them: 31 KB of aliases to aliases took 3.5 s of CPU before
+// yaml's own guard said no.
+func TestConfigRefusesAnAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("gates:\n  g0: &g\n    events: [&e {id: x}")
+	for range 1999 {
+		b.WriteString(", *e")
+	}
+	b.WriteString("]\n")
+	for i := 1; i < 2000; i++ {
+		fmt.Fprintf(&b, "  g%d: *g\n", i)
+	}
+	_, err := ParseConfig([]byte(b.String()))
+	require.Error(t, err)
+	// Refused by the count of the expansion (linear in the file), not by
+	// yaml's guard after checkNode walked it ("excessive aliasing").
+	assert.Contains(t, err.Error(), "aliases expand it")
+
+	// A few aliases, as people use them, are fine.
+	_, err = ParseConfig([]byte("gates:\n  a: &base {active_limit: 5}\n  b: *base\n"))
+	assert.NoError(t, err)
 }
