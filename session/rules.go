@@ -144,7 +144,7 @@ func DecidePurge(s Session) Outcome {
 // Promotable reports whether a promotion limited to the sessions in line
 // before position below may promote the waiting session s; a zero below
 // limits nothing. An update passes the gate's next position when it began:
-// it reads the gate's configuration once, then and runs over many
+// it reads the gate's configuration once, then, and runs over many
 // transactions, for more than a second on a long line, so a waiter that
 // joined meanwhile is not its to promote (a pre-queue's first arrivals,
 // when the pre-queue opened during the update, would be admitted before
