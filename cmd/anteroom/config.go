@@ -629,7 +629,10 @@ func (c *Config) applyEnv(environ []string) ([]EnvWarning, error) {
 		v := vars[k]
 		var err error
 		if s, ok := byEnv[k]; ok {
-			if err = plainEnvValue(v); err == nil {
+			if !s.structured() {
+				err = plainEnvValue(v)
+			}
+			if err == nil {
 				err = s.apply(c, v)
 			}
 		} else if applied, gerr := c.applyGateEnv(k, v); applied || gerr != nil {
@@ -646,6 +649,13 @@ func (c *Config) applyEnv(environ []string) ([]EnvWarning, error) {
 		}
 	}
 	return warnings, nil
+}
+
+// structured reports whether the setting's value is a list (its items are
+// trimmed) or JSON (where white space and newlines mean nothing), which
+// plainEnvValue leaves alone.
+func (s setting) structured() bool {
+	return s.want == "list" || strings.HasPrefix(s.want, "JSON")
 }
 
 // plainEnvValue refuses a value of a top-level setting with a control

@@ -51,6 +51,15 @@ func TestEnvValuesWithANewlineAreRefused(t *testing.T) {
 	cfg, _, err := LoadConfig("", []string{"ANTEROOM_DATABASE=/var/lib/anteroom/anteroom.db"})
 	require.NoError(t, err)
 	assert.Equal(t, "/var/lib/anteroom/anteroom.db", cfg.Database)
+	// Lists (their items are trimmed) and JSON (a block scalar in a compose
+	// file ends in a newline) are left alone.
+	cfg, _, err = LoadConfig("", []string{
+		"ANTEROOM_ALLOWED_ORIGINS=https://a.example, https://b.example\n",
+		"ANTEROOM_WEBHOOKS=[\n  {\"url\": \"https://hooks.example/anteroom\", \"events\": [\"promoted\"], \"secret\": \"0123456789abcdef0123456789abcdef\"}\n]\n",
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"https://a.example", "https://b.example"}, cfg.AllowedOrigins)
+	require.Len(t, cfg.Webhooks, 1)
 }
 
 // A gate's variable whose field ends another field's name
