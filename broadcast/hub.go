@@ -343,7 +343,7 @@ func (h *Hub) Close() error {
 		s.end.CompareAndSwap(0, uint32(endClosed))
 		go func() {
 			defer h.wg.Done()
-			boundReads(s.link)
+			s.link.boundReads()
 			_ = s.conn.Close(websocket.StatusGoingAway, reasonShutdown)
 		}()
 	}

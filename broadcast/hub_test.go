@@ -105,6 +105,7 @@ func (l *memLink) writeBy(p []byte, deadline time.Time) error {
 
 func (l *memLink) clearDeadline() {}
 func (l *memLink) close()         { l.closed.Store(true) }
+func (l *memLink) boundReads()    {} // no connection to bound
 
 // record parses p's frames (unmasked, one-byte opcode header, as the hub
 // writes them) and keeps the text payloads.

@@ -24,6 +24,9 @@ type link interface {
 	clearDeadline()
 	// close closes the stream at once; the socket's reader then ends.
 	close()
+	// boundReads bounds the reads of the close handshake that follows
+	// (closeHandshakeTimeout).
+	boundReads()
 }
 
 var errWouldBlock = errors.New("broadcast: socket would block")
@@ -118,11 +121,4 @@ var pingFrame = wsframe.Append(nil, wsframe.OpPing, nil)
 // for ever on a client that announced a long message and went quiet.
 var closeHandshakeTimeout = 5 * time.Second // a variable for the tests
 
-// boundReads sets a read deadline before a close handshake.
 func (l *netLink) boundReads() { _ = l.nc.SetReadDeadline(time.Now().Add(closeHandshakeTimeout)) }
-
-func boundReads(l link) {
-	if nl, ok := l.(*netLink); ok {
-		nl.boundReads()
-	}
-}

@@ -205,7 +205,7 @@ func (h *Hub) serve(s *subscriber) (err error) {
 	_, _, rerr := c.Reader(context.Background())
 	if rerr == nil {
 		s.end.CompareAndSwap(0, uint32(endClientMessage))
-		boundReads(s.link)
+		s.link.boundReads()
 		_ = c.Close(websocket.StatusPolicyViolation, reasonClientMessage)
 	}
 	_ = c.CloseNow() // no-op when already closed; waits for a Close in progress

@@ -54,6 +54,7 @@ func (l *byteLink) tryWrite(p []byte) (int, error) {
 func (l *byteLink) writeBy(p []byte, _ time.Time) error { _, err := l.tryWrite(p); return err }
 func (l *byteLink) clearDeadline()                      {}
 func (l *byteLink) close()                              { l.closed.Store(true) }
+func (l *byteLink) boundReads()                         {} // no connection to bound
 
 type wireFrame struct {
 	op      wsframe.Opcode

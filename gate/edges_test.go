@@ -25,6 +25,25 @@ import (
 // Attacks on the HTTP edges found by a review, kept as tests: each failed
 // before its fix.
 
+// appServer starts app on a loopback port for the test and returns its URL.
+func appServer(t *testing.T, app http.HandlerFunc) *url.URL {
+	t.Helper()
+	srv := httptest.NewServer(app)
+	t.Cleanup(srv.Close)
+	return mustParse(t, srv.URL)
+}
+
+// proxiedSidecar starts a sidecar in reverse-proxy mode in front of app,
+// its default gate at limit.
+func proxiedSidecar(t *testing.T, limit int64, app http.HandlerFunc) *gatetest.Sidecar {
+	t.Helper()
+	u := appServer(t, app)
+	return gatetest.StartSidecar(t, gatetest.Options{
+		Gates: []session.GateConfig{gatetest.Gate("default", limit)},
+		Gate:  func(o *gate.Options) { o.Proxy = gate.ProxyOptions{Upstream: u} },
+	})
+}
+
 // An admin path names a session as encodeURIComponent spells it: the id is
 // decoded, once. Before, DELETE sessions/user%3A42 answered 204 and ended
 // nobody (echo routes on the raw path and hands its parameters over as
@@ -98,10 +117,7 @@ func TestBodiesRefuseTrailingData(t *testing.T) {
 // mode guards, cannot be removed: before, the removal answered 204 and the
 // whole proxied site answered 404 unknown_gate from then on.
 func TestAdminKeepsTheDefaultGate(t *testing.T) {
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "app") }))
-	t.Cleanup(app.Close)
-	u, err := url.Parse(app.URL)
-	require.NoError(t, err)
+	u := appServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "app") })
 	for _, proxied := range []bool{false, true} {
 		t.Run(map[bool]string{false: "sidecar", true: "reverse proxy"}[proxied], func(t *testing.T) {
 			sc := gatetest.StartSidecar(t, gatetest.Options{
@@ -217,18 +233,11 @@ func TestWebsocketRefusalsAreJSON(t *testing.T) {
 // under the base are never the app's: 404.
 func TestProxyKeepsTheBasePathFromTheApp(t *testing.T) {
 	seen := make(chan string, 16)
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	sc := proxiedSidecar(t, 5, func(w http.ResponseWriter, r *http.Request) {
 		seen <- r.URL.Path
 		_, _ = io.WriteString(w, "app")
-	}))
-	t.Cleanup(app.Close)
-	u, err := url.Parse(app.URL)
-	require.NoError(t, err)
-	sc := gatetest.StartSidecar(t, gatetest.Options{
-		Gates: []session.GateConfig{gatetest.Gate("default", 5)},
-		Gate:  func(o *gate.Options) { o.Proxy = gate.ProxyOptions{Upstream: u} },
 	})
-	_, err = sc.Waitlist.Join(t.Context(), "default", "visitor1")
+	_, err := sc.Waitlist.Join(t.Context(), "default", "visitor1")
 	require.NoError(t, err)
 	tok := "Bearer " + sc.Token(t, "visitor1")
 	for _, p := range []string{
@@ -294,17 +303,10 @@ func TestWebsocketCapCountsAnIPv6ClientByItsSlash64(t *testing.T) {
 // a shared cache keep it (and hand the session to everyone). Before, the
 // app's "public, max-age=600" went out beside the new cookie.
 func TestProxyNewcomersCookieIsNeverOnACacheableAnswer(t *testing.T) {
-	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	sc := proxiedSidecar(t, 10, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=600")
 		w.Header().Set("Expires", "Thu, 01 Jan 2099 00:00:00 GMT")
 		_, _ = io.WriteString(w, "<h1>product page</h1>")
-	}))
-	t.Cleanup(app.Close)
-	u, err := url.Parse(app.URL)
-	require.NoError(t, err)
-	sc := gatetest.StartSidecar(t, gatetest.Options{
-		Gates: []session.GateConfig{gatetest.Gate("default", 10)},
-		Gate:  func(o *gate.Options) { o.Proxy = gate.ProxyOptions{Upstream: u} },
 	})
 	a := call(t, "GET", sc.URL+"/product/42", "", "Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)

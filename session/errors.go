@@ -3,7 +3,6 @@ package session
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // Code is a stable, snake_case name for a class of error. The HTTP layer maps
@@ -30,13 +29,15 @@ type Error struct {
 	Code    Code
 	Message string
 	Err     error
+	// said: Message already says Err (Errorf formats it in), so Error does
+	// not add it again (a damaged file's long explanation appeared twice in
+	// /readyz).
+	said bool
 }
 
-// Error implements error. The cause is added after the message unless the
-// message already says it (Errorf's messages do: a cause printed twice made
-// a damaged file's long explanation appear twice in /readyz).
+// Error implements error.
 func (e *Error) Error() string {
-	if e.Err != nil && !strings.Contains(e.Message, e.Err.Error()) {
+	if e.Err != nil && !e.said {
 		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
 	}
 	return fmt.Sprintf("%s: %s", e.Code, e.Message)
@@ -67,7 +68,7 @@ var (
 // %w verb in format is honoured: the wrapped error becomes the cause.
 func Errorf(code Code, format string, args ...any) error {
 	wrapped := fmt.Errorf(format, args...)
-	return &Error{Code: code, Message: wrapped.Error(), Err: errors.Unwrap(wrapped)}
+	return &Error{Code: code, Message: wrapped.Error(), Err: errors.Unwrap(wrapped), said: true}
 }
 
 // CodeOf returns the Code of the first *Error in err's chain, CodeInternal for

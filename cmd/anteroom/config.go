@@ -446,24 +446,29 @@ type setting struct {
 	apply func(c *Config, v string) error
 	// applyGate sets a gate's key from an environment value.
 	applyGate func(g *GateConfig, v string) error
+	// verbatim: the value is used as given (an address, a path, a secret, a
+	// URL), so an environment value with white space at an end or a
+	// control character is refused (plainEnvValue). Durations, numbers,
+	// lists and JSON are parsed, and trimmed where that matters.
+	verbatim bool
 }
 
 // gateEnvPrefix begins every per-gate environment variable.
 const gateEnvPrefix = envPrefix + "GATES_"
 
 var settings = []setting{
-	{key: "listen", env: "ANTEROOM_LISTEN", want: "host:port", apply: func(c *Config, v string) error { c.Listen = v; return nil }},
-	{key: "base_path", env: "ANTEROOM_BASE_PATH", want: "a path", apply: func(c *Config, v string) error { c.BasePath = v; return nil }},
-	{key: "database", env: "ANTEROOM_DATABASE", want: "a file", apply: func(c *Config, v string) error { c.Database = v; return nil }},
+	{key: "listen", env: "ANTEROOM_LISTEN", want: "host:port", verbatim: true, apply: func(c *Config, v string) error { c.Listen = v; return nil }},
+	{key: "base_path", env: "ANTEROOM_BASE_PATH", want: "a path", verbatim: true, apply: func(c *Config, v string) error { c.BasePath = v; return nil }},
+	{key: "database", env: "ANTEROOM_DATABASE", want: "a file", verbatim: true, apply: func(c *Config, v string) error { c.Database = v; return nil }},
 	{key: "update_interval", env: "ANTEROOM_UPDATE_INTERVAL", want: "duration or cron spec", apply: func(c *Config, v string) error { c.UpdateInterval = v; return nil }},
-	{key: "secret", env: "ANTEROOM_SECRET", want: "32+ characters", apply: func(c *Config, v string) error { c.Secret = v; return nil }},
-	{key: "secret_previous", env: "ANTEROOM_SECRET_PREVIOUS", want: "32+ characters", apply: func(c *Config, v string) error { c.SecretPrevious = v; return nil }},
+	{key: "secret", env: "ANTEROOM_SECRET", want: "32+ characters", verbatim: true, apply: func(c *Config, v string) error { c.Secret = v; return nil }},
+	{key: "secret_previous", env: "ANTEROOM_SECRET_PREVIOUS", want: "32+ characters", verbatim: true, apply: func(c *Config, v string) error { c.SecretPrevious = v; return nil }},
 	{key: "token_ttl", env: "ANTEROOM_TOKEN_TTL", want: "duration", apply: func(c *Config, v string) error {
 		d, err := parseDuration(v)
 		c.TokenTTL = Duration(d)
 		return err
 	}},
-	{key: "upstream", env: "ANTEROOM_UPSTREAM", want: "URL", apply: func(c *Config, v string) error { c.Upstream = v; return nil }},
+	{key: "upstream", env: "ANTEROOM_UPSTREAM", want: "URL", verbatim: true, apply: func(c *Config, v string) error { c.Upstream = v; return nil }},
 	{key: "upstream_timeout", env: "ANTEROOM_UPSTREAM_TIMEOUT", want: "duration", apply: func(c *Config, v string) error {
 		d, err := parseDuration(v)
 		c.UpstreamTimeout = Duration(d)
@@ -512,12 +517,12 @@ var settings = []setting{
 	}},
 	{key: "allowed_origins", env: "ANTEROOM_ALLOWED_ORIGINS", want: "list", apply: func(c *Config, v string) error { c.AllowedOrigins = splitList(v); return nil }},
 	{key: "log_level", env: "ANTEROOM_LOG_LEVEL", want: "debug, info, warn or error", apply: func(c *Config, v string) error { c.LogLevel = v; return nil }},
-	{key: "admin_token", env: "ANTEROOM_ADMIN_TOKEN", want: "32+ characters", apply: func(c *Config, v string) error { c.AdminToken = v; return nil }},
+	{key: "admin_token", env: "ANTEROOM_ADMIN_TOKEN", want: "32+ characters", verbatim: true, apply: func(c *Config, v string) error { c.AdminToken = v; return nil }},
 	{key: "access_log", env: "ANTEROOM_ACCESS_LOG", want: "true or false", apply: func(c *Config, v string) (err error) {
 		c.AccessLog, err = parseBool(v)
 		return err
 	}},
-	{key: "public_url", env: "ANTEROOM_PUBLIC_URL", want: "URL", apply: func(c *Config, v string) error { c.PublicURL = strings.TrimSpace(v); return nil }},
+	{key: "public_url", env: "ANTEROOM_PUBLIC_URL", want: "URL", verbatim: true, apply: func(c *Config, v string) error { c.PublicURL = strings.TrimSpace(v); return nil }},
 	{key: "webhooks", env: "ANTEROOM_WEBHOOKS", want: "JSON list of {url, events, secret}", apply: func(c *Config, v string) (err error) {
 		c.Webhooks, err = parseWebhooksEnv(v)
 		return err
@@ -629,7 +634,7 @@ func (c *Config) applyEnv(environ []string) ([]EnvWarning, error) {
 		v := vars[k]
 		var err error
 		if s, ok := byEnv[k]; ok {
-			if !s.structured() {
+			if s.verbatim {
 				err = plainEnvValue(v)
 			}
 			if err == nil {
@@ -651,14 +656,7 @@ func (c *Config) applyEnv(environ []string) ([]EnvWarning, error) {
 	return warnings, nil
 }
 
-// structured reports whether the setting's value is a list (its items are
-// trimmed) or JSON (where white space and newlines mean nothing), which
-// plainEnvValue leaves alone.
-func (s setting) structured() bool {
-	return s.want == "list" || strings.HasPrefix(s.want, "JSON")
-}
-
-// plainEnvValue refuses a value of a top-level setting with a control
+// plainEnvValue refuses a verbatim setting's value with a control
 // character or with white space at either end: a newline kept from a file
 // (a Kubernetes ConfigMap made --from-file) made a database path name a new,
 // empty file, and an admin token one that no header can carry.
