@@ -199,6 +199,18 @@ type OutboxCounts struct {
 	Pending, Delivered, Dead int64
 }
 
+// OutboxTargets selects the rows a ClaimOutbox may hand out by their
+// target. The zero value selects every row. A deliverer claims each
+// endpoint's rows apart (Only), so that one receiver that hangs holds up
+// none of the others, and the rows of targets it no longer knows apart
+// (Not).
+type OutboxTargets struct {
+	// Only, when not empty, selects the rows of this target alone.
+	Only string
+	// Not, when Only is empty, leaves out the rows of these targets.
+	Not []string
+}
+
 // OutboxStore is implemented by a Store that keeps a webhook outbox. Every
 // method returns ErrUnavailable once the Store is closed and an
 // ErrInternal-coded error on a storage failure.
@@ -211,10 +223,10 @@ type OutboxStore interface {
 	// whose (Target, Dedup) is already kept is skipped. It returns how many
 	// rows it wrote.
 	EnqueueOutbox(ctx context.Context, event, gate, dedup string, payload []byte, now time.Time) (int, error)
-	// ClaimOutbox leases up to n pending rows due at now (oldest first) for
-	// lease: no other claim hands them out until the lease ends, also from
-	// another instance of a shared Store.
-	ClaimOutbox(ctx context.Context, now time.Time, lease time.Duration, n int) ([]OutboxMessage, error)
+	// ClaimOutbox leases up to n pending rows of the targets which selects,
+	// due at now (oldest first), for lease: no other claim hands them out
+	// until the lease ends, also from another instance of a shared Store.
+	ClaimOutbox(ctx context.Context, which OutboxTargets, now time.Time, lease time.Duration, n int) ([]OutboxMessage, error)
 	// AckOutbox marks m delivered at now (kept a day, for Dedup). A lease that
 	// is no longer m's is ignored.
 	AckOutbox(ctx context.Context, m OutboxMessage, now time.Time) error

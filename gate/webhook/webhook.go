@@ -101,9 +101,9 @@ type Options struct {
 	Timeout time.Duration
 	// Poll is how often the outbox is read when nothing kicked it. Default 1s.
 	Poll time.Duration
-	// Workers deliver in parallel. Default 4.
+	// Workers deliver in parallel, per endpoint. Default 4.
 	Workers int
-	// Batch is the most rows claimed at once. Default 32.
+	// Batch is the most rows of one endpoint claimed at once. Default 32.
 	Batch int
 	// BaseBackoff is the wait after the first failure; it doubles per
 	// attempt up to MaxBackoff, with full jitter over its upper half.
@@ -129,7 +129,7 @@ type Stats struct {
 type Deliverer struct {
 	o         Options
 	endpoints map[string]Endpoint
-	kick      chan struct{}
+	lanes     []*lane // one per endpoint, then the unknown targets
 	delivered atomic.Int64
 	failed    atomic.Int64
 	dead      atomic.Int64
@@ -178,7 +178,7 @@ func New(o Options) (*Deliverer, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Deliverer{o: o, endpoints: map[string]Endpoint{}, kick: make(chan struct{}, 1)}
+	d := &Deliverer{o: o, endpoints: map[string]Endpoint{}}
 	for i, e := range o.Endpoints {
 		if err := ValidateURL(e.URL); err != nil {
 			return nil, fmt.Errorf("webhook %d: %w", i, err)
@@ -199,6 +199,13 @@ func New(o Options) (*Deliverer, error) {
 		}
 		d.endpoints[e.Name()] = e
 	}
+	var known []string
+	for _, e := range o.Endpoints {
+		known = append(known, e.Name())
+		d.lanes = append(d.lanes, &lane{which: session.OutboxTargets{Only: e.Name()}, kick: make(chan struct{}, 1)})
+	}
+	// The rows of endpoints no longer configured: dead-lettered (handle).
+	d.lanes = append(d.lanes, &lane{which: session.OutboxTargets{Not: known}, kick: make(chan struct{}, 1)})
 	return d, nil
 }
 
@@ -215,9 +222,11 @@ func (d *Deliverer) Routing() (*session.OutboxRouting, error) {
 // Kick makes the deliverer read the outbox now (after a commit that wrote
 // to it); it never blocks.
 func (d *Deliverer) Kick() {
-	select {
-	case d.kick <- struct{}{}:
-	default:
+	for _, l := range d.lanes {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -227,47 +236,111 @@ func (d *Deliverer) Stats() Stats {
 }
 
 // Run delivers until ctx is done, then waits for the deliveries under way.
+//
+// Each endpoint has a lane of its own: its rows are claimed apart, oldest
+// first, and delivered by Workers of its own, so that a receiver that
+// hangs (each of its attempts taking the whole Timeout) holds up no other
+// receiver's rows, such as the claim links of called-back sessions. One
+// more lane dead-letters the rows of endpoints no longer configured. A lane
+// claims only as many rows as it has idle workers, so that every row it
+// holds is being delivered and its lease (Timeout and a margin) outlasts
+// the attempt: another instance of a shared store never sends it twice
+// meanwhile.
 func (d *Deliverer) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, l := range d.lanes {
+		wg.Go(func() { d.runLane(ctx, l) })
+	}
+	wg.Wait()
+}
+
+// lane is the rows one loop of Run claims, and how it is woken.
+type lane struct {
+	which session.OutboxTargets
+	kick  chan struct{}
+}
+
+// runLane delivers l's rows until ctx is done, then waits for those under
+// way. It claims whenever a worker is idle and rows may be due: after a
+// claim that came back full, a kick or a poll.
+func (d *Deliverer) runLane(ctx context.Context, l *lane) {
 	t := time.NewTicker(d.o.Poll)
 	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	idle := make(chan struct{}, d.o.Workers)
+	busy, more := 0, true
 	for {
-		for ctx.Err() == nil && d.RunOnce(ctx) == d.o.Batch {
-			// A full batch: there may be more due.
+		if more && busy < d.o.Workers && ctx.Err() == nil {
+			want := min(d.o.Workers-busy, d.o.Batch)
+			msgs := d.claim(ctx, l.which, want)
+			for _, m := range msgs {
+				busy++
+				wg.Go(func() {
+					d.handle(ctx, m)
+					select {
+					case idle <- struct{}{}:
+					case <-ctx.Done(): // the loop has stopped counting
+					}
+				})
+			}
+			if more = len(msgs) == want; more && busy < d.o.Workers {
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-idle:
+			busy--
 		case <-t.C:
-		case <-d.kick:
+			more = true
+		case <-l.kick:
+			more = true
 		}
 	}
 }
 
-// RunOnce claims the due rows (up to Batch), delivers them in parallel and
-// records each outcome. It returns how many rows it claimed.
-func (d *Deliverer) RunOnce(ctx context.Context) int {
+// claim leases up to n due rows of which; a failure is logged and claims
+// nothing.
+func (d *Deliverer) claim(ctx context.Context, which session.OutboxTargets, n int) []session.OutboxMessage {
 	// The lease outlasts a delivery (Timeout) and the recording of its
 	// answer; a killed process's rows wait it out.
 	lease := d.o.Timeout + 10*time.Second
-	msgs, err := d.o.Store.ClaimOutbox(ctx, d.o.Now(), lease, d.o.Batch)
+	msgs, err := d.o.Store.ClaimOutbox(ctx, which, d.o.Now(), lease, n)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.o.Logger.Warn("anteroom: webhook outbox: claim failed", "err", err)
 		}
-		return 0
+		return nil
 	}
-	sem := make(chan struct{}, d.o.Workers)
+	return msgs
+}
+
+// RunOnce claims the due rows of every lane (up to Batch each), delivers
+// them (Workers at a time per lane), records each outcome and returns
+// how many rows it claimed. It is Run's work done once, by hand.
+func (d *Deliverer) RunOnce(ctx context.Context) int {
+	var claimed atomic.Int64
 	var wg sync.WaitGroup
-	for _, m := range msgs {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			d.handle(ctx, m)
-		}()
+	for _, l := range d.lanes {
+		msgs := d.claim(ctx, l.which, d.o.Batch)
+		claimed.Add(int64(len(msgs)))
+		wg.Go(func() {
+			sem := make(chan struct{}, d.o.Workers)
+			var each sync.WaitGroup
+			for _, m := range msgs {
+				sem <- struct{}{}
+				each.Go(func() {
+					defer func() { <-sem }()
+					d.handle(ctx, m)
+				})
+			}
+			each.Wait()
+		})
 	}
 	wg.Wait()
-	return len(msgs)
+	return int(claimed.Load())
 }
 
 // handle delivers one row and records the outcome under its lease.

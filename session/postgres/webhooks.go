@@ -32,6 +32,7 @@ const (
 	sqlClaimWebhooks = `UPDATE anteroom_webhook_outbox SET lease = $1, lease_until = $2
 		WHERE id IN (SELECT id FROM anteroom_webhook_outbox
 			WHERE state = 0 AND next_at <= $3 AND (lease_until IS NULL OR lease_until <= $3)
+				AND (target = $5 OR $5 = '' AND target <> ALL(coalesce($6::text[], '{}')))
 			ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
 		RETURNING id, target, event, gate, coalesce(dedup, ''), payload, created_at, attempts`
 	sqlPruneWebhooks = `DELETE FROM anteroom_webhook_outbox WHERE id IN (
@@ -109,14 +110,15 @@ func (s *Store) EnqueueOutbox(ctx context.Context, event, gate, dedup string, pa
 	return int(n), nil
 }
 
-// ClaimOutbox leases up to n due pending rows for lease (session.OutboxStore)
-// and forgets delivered rows older than a day. Rows locked by another
+// ClaimOutbox leases up to n due pending rows of the targets which selects
+// for lease (session.OutboxStore) and forgets delivered rows older than a
+// day. Rows locked by another
 // instance's claim are skipped, not waited for.
 //
 // Errors: session.ErrInvalidArgument for n < 1 or lease <= 0,
 // session.ErrUnavailable after Close or when the database cannot be
 // reached, a session.CodeInternal error on storage failure.
-func (s *Store) ClaimOutbox(ctx context.Context, now time.Time, lease time.Duration, n int) ([]session.OutboxMessage, error) {
+func (s *Store) ClaimOutbox(ctx context.Context, which session.OutboxTargets, now time.Time, lease time.Duration, n int) ([]session.OutboxMessage, error) {
 	if n < 1 || lease <= 0 {
 		return nil, session.Errorf(session.CodeInvalidArgument, "postgres: claim outbox: n %d, lease %v", n, lease)
 	}
@@ -132,7 +134,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, now time.Time, lease time.Durat
 		if _, err := tx.Exec(ctx, sqlPruneWebhooks, now.Add(-outboxKeep).UnixNano()); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, sqlClaimWebhooks, token, now.Add(lease).UnixNano(), now.UnixNano(), n)
+		rows, err := tx.Query(ctx, sqlClaimWebhooks, token, now.Add(lease).UnixNano(), now.UnixNano(), n, which.Only, append([]string{}, which.Not...))
 		if err != nil {
 			return err
 		}

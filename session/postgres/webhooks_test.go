@@ -45,7 +45,7 @@ func TestOutboxClaimedByOneInstance(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range rows { // bounded
-					got, err := s.ClaimOutbox(ctx, now, time.Minute, 7)
+					got, err := s.ClaimOutbox(ctx, session.OutboxTargets{}, now, time.Minute, 7)
 					if !assert.NoError(t, err, "instance %d", i) || len(got) == 0 {
 						return
 					}

@@ -104,6 +104,7 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("Notify", func(t *testing.T) { testNotify(t, open) })                         // suite_webhooks.go
 	t.Run("Outbox", func(t *testing.T) { testOutbox(t, open) })                         // suite_webhooks.go
 	t.Run("OutboxEventStarted", func(t *testing.T) { testOutboxEventStarted(t, open) }) // suite_webhooks.go
+	t.Run("OutboxTargets", func(t *testing.T) { testOutboxTargets(t, open) })           // suite_webhooks.go
 	t.Run("History", func(t *testing.T) { testHistory(t, open) })
 	t.Run("Priority", func(t *testing.T) { testPriority(t, open) })
 	t.Run("RemoveGate", func(t *testing.T) { testRemoveGate(t, open) })       // suite_remove.go

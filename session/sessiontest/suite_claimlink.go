@@ -232,7 +232,7 @@ func testClaimOutputsOnce(t *testing.T, open Opener) {
 		require.NoError(t, h.store.Touch(h.ctx, gateName, []session.Touch{{ID: id, LastActive: h.clock.Now(), ClaimDeadline: deadline}}))
 		prev = id
 	}
-	rows, err := os.ClaimOutbox(h.ctx, h.clock.Now(), time.Minute, 100)
+	rows, err := os.ClaimOutbox(h.ctx, session.OutboxTargets{}, h.clock.Now(), time.Minute, 100)
 	require.NoError(t, err)
 	webhooks := map[string]int{}
 	for _, m := range rows {

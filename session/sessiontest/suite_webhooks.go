@@ -127,7 +127,7 @@ func testOutbox(t *testing.T, open Opener) {
 	// Without routing nothing is written.
 	h.join(cfg, "z")
 	h.release(cfg, "z")
-	got, err := os.ClaimOutbox(ctx, h.clock.Now(), time.Minute, 10)
+	got, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, h.clock.Now(), time.Minute, 10)
 	require.NoError(t, err)
 	assert.Empty(t, got)
 
@@ -143,7 +143,7 @@ func testOutbox(t *testing.T, open Opener) {
 	h.join(cfg, "c")
 	now := h.clock.Advance(time.Second)
 	h.release(cfg, "a") // released a (all), promoted b (all, promo)
-	got, err = os.ClaimOutbox(ctx, now, time.Minute, 10)
+	got, err = os.ClaimOutbox(ctx, session.OutboxTargets{}, now, time.Minute, 10)
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	assert.Less(t, got[0].ID, got[1].ID)
@@ -166,7 +166,7 @@ func testOutbox(t *testing.T, open Opener) {
 	assert.Equal(t, map[string]bool{"all": true, "promo": true}, promo)
 
 	// Leased: nobody else gets them meanwhile.
-	again, err := os.ClaimOutbox(ctx, now, time.Minute, 10)
+	again, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, now, time.Minute, 10)
 	require.NoError(t, err)
 	assert.Empty(t, again)
 
@@ -174,10 +174,10 @@ func testOutbox(t *testing.T, open Opener) {
 	require.NoError(t, os.AckOutbox(ctx, got[0], now))
 	require.NoError(t, os.RetryOutbox(ctx, got[1], now.Add(5*time.Second), "receiver answered 500"))
 	require.NoError(t, os.DeadOutbox(ctx, got[2], "gave up"))
-	none, err := os.ClaimOutbox(ctx, now.Add(time.Second), time.Minute, 10)
+	none, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, now.Add(time.Second), time.Minute, 10)
 	require.NoError(t, err)
 	assert.Empty(t, none, "the retry is not due yet")
-	retry, err := os.ClaimOutbox(ctx, now.Add(6*time.Second), time.Minute, 10)
+	retry, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, now.Add(6*time.Second), time.Minute, 10)
 	require.NoError(t, err)
 	require.Len(t, retry, 1)
 	assert.Equal(t, got[1].ID, retry[0].ID, "the same row: the same idempotency key")
@@ -186,7 +186,7 @@ func testOutbox(t *testing.T, open Opener) {
 
 	// A lease that ran out: the row is handed out again, and the old
 	// lease's answer is ignored.
-	later, err := os.ClaimOutbox(ctx, now.Add(6*time.Second+time.Minute+time.Second), time.Minute, 10)
+	later, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, now.Add(6*time.Second+time.Minute+time.Second), time.Minute, 10)
 	require.NoError(t, err)
 	require.Len(t, later, 1)
 	assert.NotEqual(t, retry[0].Lease, later[0].Lease)
@@ -205,7 +205,7 @@ func testOutbox(t *testing.T, open Opener) {
 	h.clock.Advance(WaitingTimeout + time.Minute)
 	h.seen("b")
 	h.update(cfg, 0) // c is gone
-	rows, err := os.ClaimOutbox(ctx, h.clock.Now(), time.Minute, 10)
+	rows, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, h.clock.Now(), time.Minute, 10)
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	assert.Equal(t, session.WebhookClaimed, rows[0].Event)
@@ -216,7 +216,7 @@ func testOutbox(t *testing.T, open Opener) {
 
 	// A refresh that claims nothing writes nothing.
 	h.join(cfg, "b")
-	rows, err = os.ClaimOutbox(ctx, h.clock.Now().Add(time.Hour), time.Minute, 10)
+	rows, err = os.ClaimOutbox(ctx, session.OutboxTargets{}, h.clock.Now().Add(time.Hour), time.Minute, 10)
 	require.NoError(t, err)
 	require.Len(t, rows, 2, "only the two leased above, handed out again after their lease")
 
@@ -231,17 +231,73 @@ func testOutbox(t *testing.T, open Opener) {
 	// The rows survive a restart (they are in the database).
 	h.reopen()
 	os = h.store.(session.OutboxStore)
-	rows, err = os.ClaimOutbox(ctx, h.clock.Now().Add(2*time.Hour), time.Minute, 10)
+	rows, err = os.ClaimOutbox(ctx, session.OutboxTargets{}, h.clock.Now().Add(2*time.Hour), time.Minute, 10)
 	require.NoError(t, err)
 	require.Len(t, rows, 3)
 	assert.Equal(t, session.WebhookEventStarted, rows[2].Event)
 	assert.JSONEq(t, `{"event":"launch"}`, string(rows[2].Payload))
 
 	// Bad arguments.
-	_, err = os.ClaimOutbox(ctx, now, 0, 1)
+	_, err = os.ClaimOutbox(ctx, session.OutboxTargets{}, now, 0, 1)
 	assert.True(t, errors.Is(err, session.ErrInvalidArgument))
 	_, err = os.EnqueueOutbox(ctx, session.WebhookEventStarted, "bad gate!", "", nil, now)
 	assert.True(t, errors.Is(err, session.ErrInvalidArgument))
+}
+
+// testOutboxTargets checks a claim's selection by target: Only hands out
+// one target's rows and leaves the others due; Not leaves out the targets
+// it names (a deliverer's rows of endpoints it no longer knows); the zero
+// value takes every row.
+func testOutboxTargets(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	os, ok := h.store.(session.OutboxStore)
+	if !ok {
+		t.Skip("the store does not implement session.OutboxStore")
+	}
+	ctx := h.ctx
+	cfg := claimConfig(1)
+	r, err := session.NewOutboxRouting([]session.OutboxTarget{
+		{Name: "slow", Events: []string{session.WebhookPromoted}},
+		{Name: "fast", Events: []string{session.WebhookPromoted}},
+		{Name: "gone", Events: []string{session.WebhookPromoted}},
+	})
+	require.NoError(t, err)
+	os.SetOutbox(r)
+	h.join(cfg, "a")
+	for i := range 3 { // three promotions: three rows per target
+		h.join(cfg, fmt.Sprint("w", i))
+		h.release(cfg, map[bool]string{true: "a", false: fmt.Sprint("w", i-1)}[i == 0])
+	}
+	now := h.clock.Now()
+	targets := func(ms []session.OutboxMessage) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Target)
+		}
+		return out
+	}
+
+	// Only: the oldest rows of that target, however many of others are older.
+	fast, err := os.ClaimOutbox(ctx, session.OutboxTargets{Only: "fast"}, now, time.Minute, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"fast", "fast"}, targets(fast))
+	assert.Less(t, fast[0].ID, fast[1].ID)
+	rest, err := os.ClaimOutbox(ctx, session.OutboxTargets{Only: "fast"}, now, time.Minute, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"fast"}, targets(rest))
+	none, err := os.ClaimOutbox(ctx, session.OutboxTargets{Only: "nobody"}, now, time.Minute, 10)
+	require.NoError(t, err)
+	assert.Empty(t, none)
+
+	// Not: every row but those of the targets named.
+	orphans, err := os.ClaimOutbox(ctx, session.OutboxTargets{Not: []string{"slow", "fast"}}, now, time.Minute, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gone", "gone", "gone"}, targets(orphans))
+
+	// The zero value: what is left, whatever its target.
+	all, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, now, time.Minute, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"slow", "slow", "slow"}, targets(all))
 }
 
 // testOutboxEventStarted checks that the start of a scheduled event writes
@@ -280,7 +336,7 @@ func testOutboxEventStarted(t *testing.T, open Opener) {
 	require.NoError(t, err)
 	require.False(t, changed)
 
-	rows, err := os.ClaimOutbox(h.ctx, ev.StartsAt.Add(time.Hour), time.Minute, 10)
+	rows, err := os.ClaimOutbox(h.ctx, session.OutboxTargets{}, ev.StartsAt.Add(time.Hour), time.Minute, 10)
 	require.NoError(t, err)
 	require.Len(t, rows, 1, "one event.started row, for the one target that wants it")
 	assert.Equal(t, "launches", rows[0].Target)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql/driver"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -143,29 +144,35 @@ func (s *Store) EnqueueOutbox(ctx context.Context, event, gate, dedup string, pa
 }
 
 const sqlClaimOutbox = `UPDATE webhook_outbox SET lease = ?1, lease_until = ?2
- WHERE id IN (SELECT id FROM webhook_outbox WHERE state = 0 AND next_at <= ?3 AND (lease_until IS NULL OR lease_until <= ?3) ORDER BY id LIMIT ?4)
+ WHERE id IN (SELECT id FROM webhook_outbox WHERE state = 0 AND next_at <= ?3 AND (lease_until IS NULL OR lease_until <= ?3)
+   AND (target = ?5 OR ?5 = '' AND target NOT IN (SELECT value FROM json_each(?6))) ORDER BY id LIMIT ?4)
  RETURNING id, target, event, gate, coalesce(dedup, ''), payload, created_at, attempts`
 
 const sqlPruneOutbox = `DELETE FROM webhook_outbox WHERE id IN (SELECT id FROM webhook_outbox WHERE state = 1 AND done_at < ?1 LIMIT 256)`
 
-// ClaimOutbox leases up to n due pending rows for lease (session.OutboxStore)
-// and forgets delivered rows older than a day.
+// ClaimOutbox leases up to n due pending rows of the targets which selects
+// for lease (session.OutboxStore) and forgets delivered rows older than a
+// day.
 //
 // Errors: session.ErrInvalidArgument for n < 1 or lease <= 0,
 // session.ErrUnavailable after Close, a session.CodeInternal error on
 // storage failure.
-func (s *Store) ClaimOutbox(ctx context.Context, now time.Time, lease time.Duration, n int) ([]session.OutboxMessage, error) {
+func (s *Store) ClaimOutbox(ctx context.Context, which session.OutboxTargets, now time.Time, lease time.Duration, n int) ([]session.OutboxMessage, error) {
 	if n < 1 || lease <= 0 {
 		return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: claim outbox: n %d, lease %v", n, lease)
 	}
+	not, err := json.Marshal(append([]string{}, which.Not...))
+	if err != nil {
+		return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: claim outbox: targets: %w", err)
+	}
 	token := newLease()
 	var out []session.OutboxMessage
-	err := s.runExt(ctx, session.GateConfig{}, func(*batch, *op) error {
+	err = s.runExt(ctx, session.GateConfig{}, func(*batch, *op) error {
 		out = out[:0]
 		if _, err := s.wc.direct(sqlPruneOutbox, now.Add(-outboxKeep).UnixNano()); err != nil {
 			return fmt.Errorf("outbox prune: %w", err)
 		}
-		rows, err := s.wc.directQuery(sqlClaimOutbox, token, now.Add(lease).UnixNano(), now.UnixNano(), int64(n))
+		rows, err := s.wc.directQuery(sqlClaimOutbox, token, now.Add(lease).UnixNano(), now.UnixNano(), int64(n), which.Only, string(not))
 		if err != nil {
 			return fmt.Errorf("outbox claim: %w", err)
 		}

@@ -1,0 +1,117 @@
+package webhook_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/gate/webhook"
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// promotions makes n promotions (n promoted rows per endpoint that wants
+// them), one release each.
+func (f *fixture) promotions(t *testing.T, n int) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := f.wl.Join(ctx, "default", "p0")
+	require.NoError(t, err)
+	for i := 1; i <= n; i++ {
+		_, err := f.wl.Join(ctx, "default", fmt.Sprint("p", i))
+		require.NoError(t, err)
+		require.NoError(t, f.wl.Release(ctx, "default", fmt.Sprint("p", i-1)))
+	}
+}
+
+// A receiver that never answers holds up no other: each endpoint's rows
+// are claimed and delivered apart, so the healthy endpoint gets all of its
+// rows while every worker of the hung one waits out its long timeout; and
+// the hung lane holds a lease only on the rows it is delivering, so the
+// others stay claimable (by another instance of a shared store).
+func TestHungReceiverHoldsUpNoOther(t *testing.T) {
+	hang := make(chan struct{})
+	var hung atomic.Int64
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hung.Add(1)
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer slow.Close()
+	defer close(hang)
+	fast := &receiver{answer: func(_ int, w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }}
+	fastSrv := httptest.NewServer(fast)
+	defer fastSrv.Close()
+
+	const n, workers = 32, 2
+	promoted := []string{session.WebhookPromoted}
+	f := newFixture(t, fastSrv.URL, promoted, func(o *webhook.Options) {
+		o.Now = time.Now
+		o.Timeout = time.Hour // every attempt to the hung receiver outlasts the test
+		o.Workers = workers
+		o.Endpoints = []webhook.Endpoint{
+			{URL: slow.URL, Events: promoted, Secret: []byte(secret)}, // its rows come first
+			{URL: fastSrv.URL, Events: promoted, Secret: []byte(secret)},
+		}
+	})
+	f.promotions(t, n)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for range 2000 { // bounded: 10 s
+		if len(fast.requests()) >= n && hung.Load() >= workers {
+			break
+		}
+		f.d.Kick()
+		time.Sleep(5 * time.Millisecond)
+	}
+	assert.Len(t, fast.requests(), n, "the healthy endpoint got every row while the other hung")
+	assert.Equal(t, int64(workers), hung.Load(), "the hung endpoint holds its workers, no more")
+
+	slowName := webhook.Endpoint{URL: slow.URL}.Name()
+	rest, err := f.store.ClaimOutbox(context.Background(), session.OutboxTargets{Only: slowName}, time.Now(), time.Minute, 2*n)
+	require.NoError(t, err)
+	assert.Len(t, rest, n-workers, "only the rows under delivery are leased")
+}
+
+// The rows of an endpoint no longer in the configuration are dead-lettered
+// (kept, counted, logged), and never sent to another endpoint.
+func TestRowsOfARemovedEndpointAreDeadLettered(t *testing.T) {
+	old := &receiver{answer: func(_ int, w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }}
+	oldSrv := httptest.NewServer(old)
+	defer oldSrv.Close()
+	f := newFixture(t, oldSrv.URL, []string{session.WebhookPromoted}, nil)
+	f.promotions(t, 3)
+
+	now := &receiver{answer: func(_ int, w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }}
+	nowSrv := httptest.NewServer(now)
+	defer nowSrv.Close()
+	d, err := webhook.New(webhook.Options{
+		Store:     f.store,
+		Endpoints: []webhook.Endpoint{{URL: nowSrv.URL, Events: []string{session.WebhookPromoted}, Secret: []byte(secret)}},
+		Now:       f.clock.Now,
+		Logger:    slog.New(slog.NewTextHandler(f.logs, nil)),
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.Equal(t, 3, d.RunOnce(ctx))
+	assert.Equal(t, 0, d.RunOnce(ctx))
+	c, err := f.store.OutboxCounts(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, session.OutboxCounts{Dead: 3}, c)
+	assert.Equal(t, webhook.Stats{Dead: 3}, d.Stats())
+	assert.Contains(t, f.logs.String(), "no endpoint configured")
+	assert.Empty(t, old.requests())
+	assert.Empty(t, now.requests())
+}
