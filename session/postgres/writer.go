@@ -164,7 +164,8 @@ type gateTx struct {
 	pre bounds
 	// lb is the writer's lower bound of the first waiting position
 	// (Store.lb) as this transaction moves it: it reaches Store.lb only once
-	// the transaction committed, so a rolled-back promotion leaves the bound
+	// the transaction committed and its commit is durable, so a promotion
+	// rolled back, or lost in a crash before its flush, leaves the bound
 	// where its waiters still are.
 	lb int64
 }
@@ -264,9 +265,6 @@ func (s *Store) runBatch(ops []*op) {
 		return
 	}
 	s.txs.Add(1)
-	for name, g := range b.gates {
-		s.lb[name] = g.lb // committed: the bounds the transaction moved hold
-	}
 	// Until delivered the commit is the writer's: the follower's poll leaves
 	// it alone (poll.go), in both commit modes.
 	s.own.add(commit.seqs)
@@ -274,7 +272,16 @@ func (s *Store) runBatch(ops []*op) {
 		s.afterCommit(conn.Conn())
 	}
 	if s.async && !s.flushed(ctx, conn.Conn(), b, commit) {
+		// The commit may be lost (a crash before its flush undoes a
+		// promotion): the bounds it moved may be past a waiter again, so
+		// the next transaction of these gates reads from the start.
+		for name := range b.gates {
+			delete(s.lb, name)
+		}
 		return
+	}
+	for name, g := range b.gates {
+		s.lb[name] = g.lb // committed and durable: the bounds it moved hold
 	}
 	s.deliverLocal(ctx, conn.Conn(), commit)
 	s.own.remove(commit.seqs)
