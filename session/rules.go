@@ -68,7 +68,9 @@ func (c Counters) Add(d Counters) Counters {
 // pacing p has a token at now; else it waits. In ModeReject a new session is
 // refused with an ErrGateClosed error (existing ones are treated as above).
 // existing is nil when the session has no row. Outcome.Pace is the pacing
-// after the decision, which the Store keeps.
+// after the decision, which the Store keeps. A newcomer is refused with a
+// CodeInternal error when c.NextPosition is not a position that can be
+// given and followed (below 1, or the last int64): positions never wrap.
 func DecideJoin(cfg GateConfig, c Counters, p Pace, existing *Session, id string, now time.Time) (Outcome, error) {
 	if existing != nil {
 		s := *existing
@@ -81,6 +83,11 @@ func DecideJoin(cfg GateConfig, c Counters, p Pace, existing *Session, id string
 	}
 	if cfg.Mode == ModeReject {
 		return Outcome{Action: ActionNone, Pace: p}, Errorf(CodeGateClosed, "gate %q is closed to new sessions", cfg.Name)
+	}
+	if c.NextPosition < 1 || c.NextPosition == math.MaxInt64 {
+		// Positions never wrap: a counter damaged by hand or a restore
+		// would put the newcomer ahead of everyone in line.
+		return Outcome{Action: ActionNone, Pace: p}, Errorf(CodeInternal, "gate %q: next position %d is out of range (damaged counters?)", cfg.Name, c.NextPosition)
 	}
 	s := Session{Gate: cfg.Name, ID: id, Position: c.NextPosition, CreatedAt: now, LastActive: now}
 	delta := Counters{NextPosition: 1}

@@ -1,10 +1,12 @@
 package session_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -78,6 +80,44 @@ func TestDecideJoin(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// TestDecideJoinNeverWrapsPositions: a newcomer is refused, not given a
+// position that would wrap or stand ahead of the line, when the next
+// position is out of range (damaged counters); the last position that can
+// be followed is still given.
+func TestDecideJoinNeverWrapsPositions(t *testing.T) {
+	now := t0.Add(time.Second)
+	for _, tt := range []struct {
+		name string
+		next int64
+		ok   bool
+	}{
+		{"the last position that has a next", math.MaxInt64 - 1, true},
+		{"the last int64", math.MaxInt64, false},
+		{"zero", 0, false},
+		{"negative", -5, false},
+		{"the smallest int64", math.MinInt64, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := session.DecideJoin(cfg, session.Counters{NextPosition: tt.next}, session.Pace{}, nil, "new", now)
+			if tt.ok {
+				require.NoError(t, err)
+				assert.Equal(t, tt.next, got.Session.Position)
+				return
+			}
+			require.Error(t, err)
+			assert.Equal(t, session.CodeInternal, session.CodeOf(err))
+			assert.Equal(t, session.ActionNone, got.Action)
+			assert.Equal(t, session.Counters{}, got.Delta)
+		})
+	}
+	// A returning session is not a newcomer: it keeps its place whatever
+	// the counter says.
+	existing := session.Session{Gate: "default", ID: "w", Position: 7, Status: session.StatusWaiting, LastActive: t0, CreatedAt: t0}
+	got, err := session.DecideJoin(cfg, session.Counters{NextPosition: math.MaxInt64}, session.Pace{}, &existing, "w", now)
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), got.Session.Position)
 }
 
 func TestDecideLeave(t *testing.T) {
