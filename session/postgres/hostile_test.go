@@ -105,3 +105,31 @@ func TestHostileTouchesAndPurges(t *testing.T) {
 	_, err = s.Get(ctx, multiGate, "w")
 	require.NoError(t, err, "a purge with an invalid id purges nothing")
 }
+
+// A stray outbox row at the gate's next seq (a restore of anteroom_gates
+// older than anteroom_commits, a hand edit) does not block the gate: the
+// commit of that seq takes the row over, and every instance follows it.
+func TestAStrayOutboxRowDoesNotBlockTheGate(t *testing.T) {
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig(multiGate, 1)
+	s := open(t, url, quiet)
+	t.Cleanup(func() { _ = s.Close() })
+	_, err := s.Load(ctx, []string{multiGate})
+	require.NoError(t, err)
+	_, err = s.Join(ctx, cfg, "a", sessiontest.Epoch)
+	require.NoError(t, err)
+	admin, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, `INSERT INTO anteroom_commits (gate, seq, payload) SELECT name, seq + 1, '{"stray":true}' FROM anteroom_gates WHERE name = $1`, multiGate)
+	require.NoError(t, err)
+	for i, id := range []string{"b", "c", "d"} {
+		got, err := s.Join(ctx, cfg, id, sessiontest.Epoch)
+		require.NoError(t, err, "join %s", id)
+		assert.Equal(t, int64(i+2), got.Position)
+	}
+	var stray int
+	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM anteroom_commits WHERE payload @> '{"stray":true}'`).Scan(&stray))
+	assert.Zero(t, stray, "the commit of that seq took the row over")
+}

@@ -99,8 +99,12 @@ const (
 		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[], $9::smallint[])
 		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active, claim_deadline = EXCLUDED.claim_deadline, notify = EXCLUDED.notify`
 	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
-	sqlOutbox   = `INSERT INTO anteroom_commits (gate, seq, payload) VALUES ($1, $2, $3)`
-	sqlNotify   = `SELECT pg_notify('` + channel + `', $1)`
+	// A row already at the seq can only be a stray (a restore of the gates
+	// older than the outbox, a hand edit): the gate's lock makes this
+	// commit the only one of that seq, so it takes the row over.
+	sqlOutbox = `INSERT INTO anteroom_commits (gate, seq, payload) VALUES ($1, $2, $3)
+		ON CONFLICT (gate, seq) DO UPDATE SET payload = EXCLUDED.payload, committed = now()`
+	sqlNotify = `SELECT pg_notify('` + channel + `', $1)`
 	// sqlCheckBounds fails when the bounds of the line are not $2 and $3
 	// (verifyBounds): the cast of the message to int raises an error that
 	// aborts the transaction before its COMMIT.
