@@ -60,6 +60,17 @@ func (c Counters) Add(d Counters) Counters {
 	}
 }
 
+// RepairCounters checks a gate's stored counters against what its rows
+// hold (active and waiting rows counted, the largest position of a row, 0
+// for none), as a store reads them at open: the counters become the counts,
+// and the next position is raised above every position (never lowered:
+// positions are never reused). It returns the counters to keep and whether
+// they differ from stored.
+func RepairCounters(stored Counters, activeRows, waitingRows, maxPosition int64) (Counters, bool) {
+	fixed := Counters{NextPosition: max(stored.NextPosition, maxPosition+1, 1), Active: activeRows, Waiting: waitingRows}
+	return fixed, fixed != stored
+}
+
 // DecideJoin decides join(session), which is a sign of life: a waiter's
 // last sign of life becomes now (it keeps its place); an active session is
 // refreshed and, when promoted and unclaimed, claims its slot. A new session

@@ -450,3 +450,26 @@ func TestEstimatePlace(t *testing.T) {
 		})
 	}
 }
+
+func TestRepairCounters(t *testing.T) {
+	for _, tt := range []struct {
+		name                  string
+		stored                session.Counters
+		active, waiting, maxP int64
+		want                  session.Counters
+		repaired              bool
+	}{
+		{"matching", session.Counters{NextPosition: 10, Active: 2, Waiting: 3}, 2, 3, 9, session.Counters{NextPosition: 10, Active: 2, Waiting: 3}, false},
+		{"an empty new gate", session.Counters{NextPosition: 1}, 0, 0, 0, session.Counters{NextPosition: 1}, false},
+		{"counts off", session.Counters{NextPosition: 10, Active: -3, Waiting: 7}, 2, 3, 9, session.Counters{NextPosition: 10, Active: 2, Waiting: 3}, true},
+		{"next position behind a row", session.Counters{NextPosition: 5, Active: 2, Waiting: 3}, 2, 3, 9, session.Counters{NextPosition: 10, Active: 2, Waiting: 3}, true},
+		{"next position ahead is kept (never reused)", session.Counters{NextPosition: 50, Active: 2, Waiting: 3}, 2, 3, 9, session.Counters{NextPosition: 50, Active: 2, Waiting: 3}, false},
+		{"next position below 1", session.Counters{NextPosition: -4}, 0, 0, 0, session.Counters{NextPosition: 1}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, repaired := session.RepairCounters(tt.stored, tt.active, tt.waiting, tt.maxP)
+			assert.Equal(t, tt.want, got)
+			assert.Equal(t, tt.repaired, repaired)
+		})
+	}
+}

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -132,4 +133,64 @@ func TestAStrayOutboxRowDoesNotBlockTheGate(t *testing.T) {
 	var stray int
 	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM anteroom_commits WHERE payload @> '{"stray":true}'`).Scan(&stray))
 	assert.Zero(t, stray, "the commit of that seq took the row over")
+}
+
+// Counters damaged by hand or a partial restore are checked against the
+// rows at open and repaired (counts, and next_position above every
+// position), with a warning; the gate keeps its limit afterwards, and
+// another instance already open follows the repair.
+func TestDamagedCountersAreRepairedAtOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name, damage string
+	}{
+		{"active below the rows", `UPDATE anteroom_gates SET active = -3 WHERE name = $1`},
+		{"active above the rows", `UPDATE anteroom_gates SET active = 40 WHERE name = $1`},
+		{"waiting off", `UPDATE anteroom_gates SET waiting = 7 WHERE name = $1`},
+		{"next position behind the rows", `UPDATE anteroom_gates SET next_position = 2 WHERE name = $1`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := pgtest.DB(t)
+			ctx := context.Background()
+			cfg := sessiontest.GateConfig(multiGate, 1)
+			s := open(t, url, quiet)
+			_, err := s.Load(ctx, []string{multiGate})
+			require.NoError(t, err)
+			for _, id := range []string{"first", "second", "third"} { // one active, two waiting
+				_, err = s.Join(ctx, cfg, id, sessiontest.Epoch)
+				require.NoError(t, err)
+			}
+			require.NoError(t, s.Close())
+			admin, err := pgx.Connect(ctx, url)
+			require.NoError(t, err)
+			defer admin.Close(ctx)
+			other := open(t, url, quiet) // open before the damage: it follows the repair
+			t.Cleanup(func() { _ = other.Close() })
+			_, err = other.Load(ctx, []string{multiGate})
+			require.NoError(t, err)
+			_, err = admin.Exec(ctx, tc.damage, multiGate)
+			require.NoError(t, err)
+
+			logs := &sessiontest.LogBuffer{}
+			o := quiet
+			o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			s = open(t, url, o)
+			t.Cleanup(func() { _ = s.Close() })
+			snaps, err := s.Load(ctx, []string{multiGate})
+			require.NoError(t, err)
+			assert.Equal(t, session.Counters{NextPosition: 4, Active: 1, Waiting: 2}, snaps[multiGate].State.Counters)
+			assert.Contains(t, logs.String(), "gate counters did not match the stored sessions; repaired")
+			var next, active, waiting int64
+			require.NoError(t, admin.QueryRow(ctx, `SELECT next_position, active, waiting FROM anteroom_gates WHERE name = $1`, multiGate).Scan(&next, &active, &waiting))
+			assert.Equal(t, []int64{4, 1, 2}, []int64{next, active, waiting}, "repaired in the database")
+
+			for _, id := range []string{"x", "y", "z"} {
+				got, err := other.Join(ctx, cfg, id, sessiontest.Epoch)
+				require.NoError(t, err)
+				assert.Equal(t, session.StatusWaiting, got.Status, "%s: the gate is full", id)
+				assert.Greater(t, got.Position, int64(3), "%s: a position never given before", id)
+			}
+			require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM anteroom_sessions WHERE gate = $1 AND status = 1`, multiGate).Scan(&active))
+			assert.Equal(t, int64(1), active, "the limit holds")
+		})
+	}
 }

@@ -1233,10 +1233,6 @@ func (s *Store) applyLoad(ctx context.Context, b *batch, o *op) error {
 		if g == nil {
 			return errors.New("gate not locked")
 		}
-		st, err := state(ctx, b.tx, g)
-		if err != nil {
-			return err
-		}
 		rows, err := b.tx.Query(ctx, sqlActive, name)
 		if err != nil {
 			return fmt.Errorf("read active sessions: %w", err)
@@ -1245,7 +1241,12 @@ func (s *Store) applyLoad(ctx context.Context, b *batch, o *op) error {
 		if err != nil {
 			return fmt.Errorf("read active sessions: %w", err)
 		}
-		waiting, err := waitingPositions(ctx, b.tx, name, st.Waiting)
+		waiting, err := waitingPositions(ctx, b.tx, name, g.c.Waiting)
+		if err != nil {
+			return err
+		}
+		s.repairCounters(g, active, waiting)
+		st, err := state(ctx, b.tx, g)
 		if err != nil {
 			return err
 		}
@@ -1262,6 +1263,31 @@ func (s *Store) applyLoad(ctx context.Context, b *batch, o *op) error {
 		o.snaps[name] = session.GateSnapshot{State: st, Active: active, Waiting: waiting, Settings: settings, PriorityWaiting: prio}
 	}
 	return nil
+}
+
+// repairCounters checks, under the gate's lock, the counters of g against
+// the rows a load read (session.RepairCounters): counters damaged by a hand
+// edit or a partial restore are repaired in the load's commit, which every
+// instance follows, and logged as a warning with the numbers.
+func (s *Store) repairCounters(g *gateTx, active []session.Session, waiting []int64) {
+	var maxPos int64
+	for _, a := range active {
+		maxPos = max(maxPos, a.Position)
+	}
+	if len(waiting) > 0 {
+		maxPos = max(maxPos, waiting[len(waiting)-1])
+	}
+	fixed, repaired := session.RepairCounters(g.c, int64(len(active)), int64(len(waiting)), maxPos)
+	if !repaired {
+		return
+	}
+	s.log.Warn("anteroom: gate counters did not match the stored sessions; repaired",
+		"gate", g.name,
+		"active_stored", g.c.Active, "active_rows", fixed.Active,
+		"waiting_stored", g.c.Waiting, "waiting_rows", fixed.Waiting,
+		"next_position_stored", g.c.NextPosition, "largest_position", maxPos)
+	g.c = fixed
+	g.save, g.report = true, true
 }
 
 // waitingPositions reads the positions of the gate's waiters, ascending.

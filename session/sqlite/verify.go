@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+
+	"github.com/anteroomhq/anteroom/session"
 )
 
 // countersRepair is one gate whose persisted counters did not match its rows.
@@ -80,14 +82,14 @@ func verifyCountersTx(ctx context.Context, conn *sql.Conn, actual map[string]*ga
 		stored[gate] = r
 	}
 	for gate, r := range stored {
-		next := max(r.nextPosition, r.maxSeen+1, 1)
-		if r.active == r.activeRows && r.waiting == r.waitRows && next == r.nextPosition {
+		fixed, repaired := session.RepairCounters(session.Counters{NextPosition: r.nextPosition, Active: r.active, Waiting: r.waiting}, r.activeRows, r.waitRows, r.maxSeen)
+		if !repaired {
 			continue
 		}
 		if _, err := conn.ExecContext(ctx,
 			`INSERT INTO gates (name, next_position, active, waiting) VALUES (?, ?, ?, ?)
 			 ON CONFLICT (name) DO UPDATE SET next_position = excluded.next_position, active = excluded.active, waiting = excluded.waiting`,
-			gate, next, r.activeRows, r.waitRows); err != nil {
+			gate, fixed.NextPosition, fixed.Active, fixed.Waiting); err != nil {
 			return nil, err
 		}
 		repairs = append(repairs, r)
