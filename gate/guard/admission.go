@@ -32,7 +32,9 @@ import (
 // while the sidecar is away: a token keeps verifying against them.
 //
 // FailOpenAfter is the one exception, and only for the redeem: once every
-// redeem has failed to reach the sidecar for that long without a break, a
+// redeem has failed to reach the sidecar for that long without a break (no
+// answer in between, and no two failures more than FailStreakGap apart:
+// after a quiet spell nothing says the sidecar was away meanwhile), a
 // token that VERIFIES (signature, alg, gate, expiry: never relaxed) is let
 // through without being redeemed (Admission.FailedOpen). The reasoning of a
 // flash-sale operator: a short outage (a deploy, a restart) is ridden out
@@ -41,6 +43,13 @@ import (
 // of genuine admissions at the risk of a second use of one. While the
 // sidecar is down it mints no admissions, so what fails open is bounded by
 // the tokens issued before the outage, each for the rest of its lifetime.
+
+// FailStreakGap is the longest time between two failed redeems that still
+// counts as one outage for FailOpenAfter: a failure after a longer quiet
+// starts the streak again. A redeem whose caller went away (its context
+// ended: the visitor hung up) says nothing of the sidecar and never fails
+// open.
+const FailStreakGap = 10 * time.Second
 
 // AdmissionHeader is where Middleware reads the admission token first
 // (then Authorization: Bearer).
@@ -106,7 +115,8 @@ type AdmissionVerifier struct {
 	mu        sync.Mutex // one fetch at a time
 	keys      atomic.Pointer[fetchedKeys]
 	lastForce atomic.Int64 // unix nanos of the last refetch for an unknown kid
-	downSince atomic.Int64 // unix nanos of the first failed redeem since the last answer; 0 when up
+	downSince atomic.Int64 // unix nanos of the first failed redeem of the streak; 0 when up
+	lastFail  atomic.Int64 // unix nanos of the streak's last failed redeem
 }
 
 type fetchedKeys struct {
@@ -278,7 +288,14 @@ func (v *AdmissionVerifier) Redeem(ctx context.Context, tok string) (Admission, 
 		a.Redeemed = true
 		return a, nil
 	}
-	v.downSince.CompareAndSwap(0, now)
+	if ctx.Err() != nil { // the caller went away: nothing learnt of the sidecar
+		return Admission{}, session.Errorf(session.CodeUnavailable, "guard: the request ended before the redeem was answered: %w", ctx.Err())
+	}
+	if prev := v.lastFail.Swap(now); prev == 0 || now-prev > int64(FailStreakGap) {
+		v.downSince.Store(now) // the first failure after an answer or a quiet spell
+	} else {
+		v.downSince.CompareAndSwap(0, now)
+	}
 	if since := v.downSince.Load(); v.opts.FailOpenAfter > 0 && since != 0 && now-since >= int64(v.opts.FailOpenAfter) {
 		a.FailedOpen = true
 		return a, nil

@@ -304,9 +304,14 @@ func TestAdmissionFailsClosed(t *testing.T) {
 		e.down.Store(true)
 		status, _ = e.checkout(t, guard.AdmissionHeader, tok)
 		assert.Equal(t, http.StatusServiceUnavailable, status, "a short outage is ridden out closed")
-		e.sc.Clock.Advance(59 * time.Second)
+		for range 11 { // failures 5 s apart: one outage
+			e.sc.Clock.Advance(5 * time.Second)
+			status, _ = e.checkout(t, guard.AdmissionHeader, tok)
+			assert.Equal(t, http.StatusServiceUnavailable, status, "not yet")
+		}
+		e.sc.Clock.Advance(4 * time.Second)
 		status, _ = e.checkout(t, guard.AdmissionHeader, tok)
-		assert.Equal(t, http.StatusServiceUnavailable, status, "not yet")
+		assert.Equal(t, http.StatusServiceUnavailable, status, "59 s: not yet")
 		e.sc.Clock.Advance(time.Second)
 		status, _ = e.checkout(t, guard.AdmissionHeader, tok)
 		require.Equal(t, http.StatusOK, status, "unreachable for FailOpenAfter: open")

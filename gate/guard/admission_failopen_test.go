@@ -1,0 +1,60 @@
+package guard_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/gate/guard"
+)
+
+// A redeem whose caller went away (a visitor who hangs up at once) says
+// nothing of the sidecar: it neither starts nor lengthens an outage, so an
+// attacker cannot replay a redeemed admission by hanging up again and
+// again for FailOpenAfter while the sidecar is up.
+func TestFailOpenIgnoresCallersThatHangUp(t *testing.T) {
+	e := newAdmEnv(t, func(o *guard.AdmissionOptions) { o.FailOpenAfter = time.Minute })
+	tok := e.admission(t, "sale")
+	status, _ := e.checkout(t, guard.AdmissionHeader, tok) // keys fetched, tok redeemed
+	require.Equal(t, http.StatusOK, status)
+
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 14 { // a hang-up every 5 s for over a minute
+		a, err := e.verifier.Redeem(gone, tok)
+		require.Error(t, err)
+		assert.False(t, a.FailedOpen, "a redeemed admission let through again")
+		e.sc.Clock.Advance(5 * time.Second)
+	}
+	// The sidecar is down now: the outage starts at its first failure, not
+	// at the hang-ups.
+	e.down.Store(true)
+	status, _ = e.checkout(t, guard.AdmissionHeader, tok)
+	assert.Equal(t, http.StatusServiceUnavailable, status, "a replay of a redeemed token passed")
+	assert.EqualValues(t, 1, e.served.Load())
+}
+
+// Failures more than FailStreakGap apart are not one outage: a blip long
+// ago does not make the first failure of the next blip fail open.
+func TestFailOpenNeedsFailuresWithoutABreak(t *testing.T) {
+	e := newAdmEnv(t, func(o *guard.AdmissionOptions) { o.FailOpenAfter = time.Minute })
+	tok := e.admission(t, "sale")
+	status, _ := e.checkout(t, guard.AdmissionHeader, tok)
+	require.Equal(t, http.StatusOK, status) // redeemed
+
+	for _, gap := range []time.Duration{2 * time.Minute, guard.FailStreakGap + time.Second} {
+		e.down.Store(true) // a blip one request sees
+		status, _ = e.checkout(t, guard.AdmissionHeader, tok)
+		require.Equal(t, http.StatusServiceUnavailable, status)
+		e.down.Store(false)
+		e.sc.Clock.Advance(gap) // quiet: nobody asks
+	}
+	e.down.Store(true)
+	status, _ = e.checkout(t, guard.AdmissionHeader, tok)
+	assert.Equal(t, http.StatusServiceUnavailable, status, "a replay of a redeemed token passed on the first failure of a new blip")
+	assert.EqualValues(t, 1, e.served.Load())
+}
