@@ -162,10 +162,14 @@ func BearerToken(h http.Header) string {
 	return ""
 }
 
-// MaxCookies is how many values of one cookie name Cookies yields at most:
-// a browser sends one per matching domain and path, a handful; a request
-// with more is forged, and must not make the server verify thousands.
-const MaxCookies = 8
+// MaxCookies is how many values of one cookie name Cookies yields at most.
+// A browser sends one per matching domain and path, longest path first, so
+// a sibling subdomain that sets the name for the parent domain on every
+// prefix of a deep URL's path can send many ahead of the visitor's own
+// (Path=/): eight were pushed out by /a/b/c/d/page. 64 covers any path of
+// up to 32 segments; more are forged, and must not make the server verify
+// thousands (each costs one HMAC).
+const MaxCookies = 64
 
 // Cookies yields the values of the cookies called name in h's Cookie
 // headers, in the order sent, at most MaxCookies of them, without parsing
