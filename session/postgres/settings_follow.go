@@ -80,6 +80,7 @@ func (s *Store) applySettings(ctx context.Context, b *batch, o *op) error {
 		ch.added = true // inserted by an earlier op of the batch
 	}
 	g.settings = ch
+	g.held = o.settings // the later ops of the batch decide with them
 	g.report = true
 	return nil
 }

@@ -159,8 +159,11 @@ type Store struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	lb  map[string]int64 // writer's lower bounds of first waiting positions
-	txs atomic.Int64
+	lb map[string]int64 // writer's lower bounds of first waiting positions
+	// held is the writer's decoding of each gate's stored runtime settings
+	// (heldConfig), by their JSON.
+	held map[string]heldSettings
+	txs  atomic.Int64
 
 	noHistory bool // Options.DisableHistory
 	// async: the writer commits asynchronously, then flushes (durable.go);
@@ -238,6 +241,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		done:      make(chan struct{}),
 		followed:  make(chan struct{}),
 		lb:        make(map[string]int64),
+		held:      make(map[string]heldSettings),
 		noHistory: opts.DisableHistory,
 	}
 	s.followPoll = opts.FollowPoll

@@ -98,7 +98,11 @@ const (
 	sqlUpsert = `INSERT INTO anteroom_sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify, lane)
 		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::smallint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[], $9::smallint[])
 		ON CONFLICT (gate, position) DO UPDATE SET status = EXCLUDED.status, last_active = EXCLUDED.last_active, claim_deadline = EXCLUDED.claim_deadline, notify = EXCLUDED.notify`
-	sqlSaveGate = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
+	// sqlHeldSettings reads the runtime settings of the gates a batch
+	// locked, after the lock (a statement of its own, so its snapshot
+	// holds every change committed before the lock was granted).
+	sqlHeldSettings = `SELECT gate, settings FROM anteroom_gate_settings WHERE gate = ANY($1)`
+	sqlSaveGate     = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
 	// A row already at the seq can only be a stray (a restore of the gates
 	// older than the outbox, a hand edit): the gate's lock makes this
 	// commit the only one of that seq, so it takes the row over.
@@ -166,6 +170,13 @@ type gateTx struct {
 	settings *settingsChange
 	// pre are the bounds of the line when the gate was locked.
 	pre bounds
+	// held are the gate's runtime settings as stored, read under its lock
+	// (nil: none). They win over the config file's on every instance, so
+	// every decision of the batch uses them (decidedWith), whatever
+	// configuration the instance that queued the op had applied by then: a
+	// limit lowered on another instance holds here before its notification
+	// arrives, and while this instance is not following.
+	held *session.GateConfig
 	// lb is the writer's lower bound of the first waiting position
 	// (Store.lb) as this transaction moves it: it reaches Store.lb only once
 	// the transaction committed and its commit is durable, so a promotion
@@ -450,6 +461,7 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 	pb := &pgx.Batch{}
 	pb.Queue(sqlEnsure, names)
 	pb.Queue(sqlLock, names)
+	pb.Queue(sqlHeldSettings, names)
 	var gates, ids []string
 	if len(keys) > 0 {
 		gates, ids = make([]string, len(keys)), make([]string, len(keys))
@@ -489,6 +501,24 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("lock gates: %w", err)
+	}
+	if rows, err = br.Query(); err != nil {
+		return fmt.Errorf("read settings: %w", err)
+	}
+	for rows.Next() {
+		var gate string
+		var raw []byte
+		if err := rows.Scan(&gate, &raw); err != nil {
+			rows.Close()
+			return fmt.Errorf("read settings: %w", err)
+		}
+		if g := b.gates[gate]; g != nil {
+			g.held = s.heldConfig(gate, raw)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read settings: %w", err)
 	}
 	if len(keys) > 0 {
 		rows, err := br.Query()
@@ -915,6 +945,7 @@ func notFound(kind opKind, gate, id string) error {
 }
 
 func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
+	decidedWith(b, o)
 	switch o.kind {
 	case opJoin:
 		g := b.gates[o.cfg.Name]
@@ -1288,6 +1319,47 @@ func (s *Store) repairCounters(g *gateTx, active []session.Session, waiting []in
 		"next_position_stored", g.c.NextPosition, "largest_position", maxPos)
 	g.c = fixed
 	g.save, g.report = true, true
+}
+
+// decidedWith makes o, an op that decides by its gate's configuration,
+// decide with the runtime settings its gate holds in the database (held),
+// when it holds some.
+func decidedWith(b *batch, o *op) {
+	switch o.kind {
+	case opJoin, opLeave, opRelease, opUpdate, opPurge, opNotify:
+		if g := b.gates[o.cfg.Name]; g != nil && g.held != nil {
+			o.cfg = *g.held
+		}
+	}
+}
+
+// heldSettings is a gate's settings row as the writer last decoded it.
+type heldSettings struct {
+	raw string
+	cfg *session.GateConfig // nil: the row does not decode or validate
+}
+
+// heldConfig decodes a gate's stored runtime settings, once per change of
+// the row; a row that does not decode or validate is logged once and
+// ignored (the ops keep their own configuration).
+func (s *Store) heldConfig(gate string, raw []byte) *session.GateConfig {
+	if h, ok := s.held[gate]; ok && h.raw == string(raw) {
+		return h.cfg
+	}
+	h := heldSettings{raw: string(raw)}
+	var st storedSettings
+	err := json.Unmarshal(raw, &st)
+	if err == nil {
+		var cfg session.GateConfig
+		if cfg, err = st.config(gate); err == nil {
+			h.cfg = &cfg
+		}
+	}
+	if err != nil {
+		s.log.Warn("anteroom: a gate's stored runtime settings are damaged; deciding with the instance's own", "gate", gate, "err", err)
+	}
+	s.held[gate] = h
+	return h.cfg
 }
 
 // waitingPositions reads the positions of the gate's waiters, ascending.
