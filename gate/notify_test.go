@@ -125,6 +125,10 @@ func TestNotifyEndpoint(t *testing.T) {
 			status, body, _ := send(t, http.DefaultClient, "POST", url, tc.body, tc.header...)
 			assert.Equal(t, tc.status, status, body)
 			assert.Contains(t, body, `"code":"`+tc.code+`"`)
+			if tc.code == "session_not_found" {
+				assert.Contains(t, body, `"message":"session \"`, "the store's own message, as clients read it")
+				assert.NotContains(t, body, "sqlite", "no store's name reaches a client")
+			}
 			s, err := sc.Store.Get(ctx, "default", "w")
 			require.NoError(t, err)
 			assert.False(t, s.Notify, "unchanged")

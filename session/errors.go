@@ -64,6 +64,13 @@ var (
 	ErrInternal        = &Error{Code: CodeInternal, Message: "internal error"}
 )
 
+// NotFoundError is the error of every Store for a session (gate, id) that
+// does not exist: its message is the one a client reads, the same whatever
+// the store (no store name, no operation).
+func NotFoundError(gate, id string) error {
+	return Errorf(CodeNotFound, "session %q of gate %q not found", id, gate)
+}
+
 // Errorf returns an *Error with the given code and a formatted message. A
 // %w verb in format is honoured: the wrapped error becomes the cause.
 func Errorf(code Code, format string, args ...any) error {

@@ -669,7 +669,7 @@ func (s *Store) Get(ctx context.Context, gate, id string) (session.Session, erro
 		return session.Session{}, storageErr("get", err)
 	}
 	if len(got) == 0 {
-		return session.Session{}, session.Errorf(session.CodeNotFound, "postgres: get: session %q of gate %q not found", id, gate)
+		return session.Session{}, session.NotFoundError(gate, id)
 	}
 	if s.async && got[0].Status == session.StatusActive {
 		// Memory did not have it active yet: its promotion may not be

@@ -266,7 +266,7 @@ func (s *Store) applyNotify(ctx context.Context, b *batch, o *op) error {
 		return err
 	}
 	if !e.live {
-		return notFound(o.kind, g.name, o.id)
+		return session.NotFoundError(g.name, o.id)
 	}
 	out := session.DecideNotify(&e.s, o.notify, o.now)
 	b.write(g, e, out)

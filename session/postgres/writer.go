@@ -940,9 +940,6 @@ func (b *batch) after(g *gateTx) (st session.GateState, ok bool) {
 	return st, true
 }
 
-func notFound(kind opKind, gate, id string) error {
-	return session.Errorf(session.CodeNotFound, "postgres: %s: session %q of gate %q not found", kind, id, gate)
-}
 
 func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 	decidedWith(b, o)
@@ -985,7 +982,7 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 			return err
 		}
 		if !e.live {
-			return notFound(o.kind, g.name, o.id)
+			return session.NotFoundError(g.name, o.id)
 		}
 		out := session.DecideLeave(&e.s, o.now)
 		b.write(g, e, out)
@@ -1001,7 +998,7 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 			return err
 		}
 		if !e.live {
-			return notFound(o.kind, g.name, o.id)
+			return session.NotFoundError(g.name, o.id)
 		}
 		existing := e.s
 		out := session.DecideRelease(o.cfg, g.c, &existing)

@@ -273,6 +273,8 @@ func (h *harness) get(gate, id string) (session.Session, bool) {
 	h.tb.Helper()
 	s, err := h.store.Get(h.ctx, gate, id)
 	if errors.Is(err, session.ErrNotFound) {
+		// Every store says it the same way: clients read the message.
+		require.EqualError(h.tb, err, session.NotFoundError(gate, id).Error())
 		return session.Session{}, false
 	}
 	require.NoError(h.tb, err, "get %s", id)

@@ -190,9 +190,6 @@ func (b *batch) left(s session.Session, reason session.PurgeReason) {
 	b.events = append(b.events, session.Event{Kind: kind, Session: s, Reason: reason})
 }
 
-func notFound(kind opKind, gate, id string) error {
-	return session.Errorf(session.CodeNotFound, "sqlite: %s: session %q of gate %q not found", kind, id, gate)
-}
 
 func (s *Store) applyJoin(b *batch, o *op) error {
 	e, err := s.gate(b, o.cfg.Name)
@@ -243,7 +240,7 @@ func (s *Store) existing(b *batch, o *op) (*gateEntry, *session.Session, slot, e
 		return nil, nil, sl, err
 	}
 	if row == nil {
-		return nil, nil, sl, notFound(o.kind, e.name, o.id)
+		return nil, nil, sl, session.NotFoundError(e.name, o.id)
 	}
 	return e, row, sl, nil
 }

@@ -821,13 +821,13 @@ func (s *Store) Get(ctx context.Context, gate, id string) (session.Session, erro
 	}
 	pos, ok := s.idx.get(gate, id)
 	if !ok {
-		return session.Session{}, session.Errorf(session.CodeNotFound, "sqlite: get: session %q of gate %q not found", id, gate)
+		return session.Session{}, session.NotFoundError(gate, id)
 	}
 	row := s.r.get.QueryRowContext(ctx, gate, pos, id)
 	sess, err := scanSession(row, gate, id, pos)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return session.Session{}, session.Errorf(session.CodeNotFound, "sqlite: get: session %q of gate %q not found", id, gate)
+			return session.Session{}, session.NotFoundError(gate, id)
 		}
 		return session.Session{}, s.readErr("get", err)
 	}
