@@ -940,7 +940,6 @@ func (b *batch) after(g *gateTx) (st session.GateState, ok bool) {
 	return st, true
 }
 
-
 func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 	decidedWith(b, o)
 	switch o.kind {

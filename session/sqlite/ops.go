@@ -190,7 +190,6 @@ func (b *batch) left(s session.Session, reason session.PurgeReason) {
 	b.events = append(b.events, session.Event{Kind: kind, Session: s, Reason: reason})
 }
 
-
 func (s *Store) applyJoin(b *batch, o *op) error {
 	e, err := s.gate(b, o.cfg.Name)
 	if err != nil {
