@@ -80,7 +80,7 @@ func RepairCounters(stored Counters, activeRows, waitingRows, maxPosition int64)
 // refused with an ErrGateClosed error (existing ones are treated as above).
 // existing is nil when the session has no row. Outcome.Pace is the pacing
 // after the decision, which the Store keeps. A newcomer is refused with a
-// CodeInternal error when c.NextPosition is not a position that can be
+// CodeUnavailable error when c.NextPosition is not a position that can be
 // given and followed (below 1, or the last int64): positions never wrap.
 func DecideJoin(cfg GateConfig, c Counters, p Pace, existing *Session, id string, now time.Time) (Outcome, error) {
 	if existing != nil {
@@ -98,7 +98,9 @@ func DecideJoin(cfg GateConfig, c Counters, p Pace, existing *Session, id string
 	if c.NextPosition < 1 || c.NextPosition == math.MaxInt64 {
 		// Positions never wrap: a counter damaged by hand or a restore
 		// would put the newcomer ahead of everyone in line.
-		return Outcome{Action: ActionNone, Pace: p}, Errorf(CodeInternal, "gate %q: next position %d is out of range (damaged counters?)", cfg.Name, c.NextPosition)
+		// Unavailable, not internal: the op fails alone, and the other
+		// ops of its transaction (other gates' among them) go through.
+		return Outcome{Action: ActionNone, Pace: p}, Errorf(CodeUnavailable, "gate %q: next position %d is out of range (damaged counters? a restart repairs them)", cfg.Name, c.NextPosition)
 	}
 	s := Session{Gate: cfg.Name, ID: id, Position: c.NextPosition, CreatedAt: now, LastActive: now}
 	delta := Counters{NextPosition: 1}

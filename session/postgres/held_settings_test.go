@@ -154,3 +154,75 @@ func TestDamagedHeldSettingsAreIgnored(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, rows, 4)
 }
+
+// A gate with runtime settings (stored, so decisions use them) and a
+// scheduled event: during the pre-queue everyone waits (EventConfig:
+// ModeQueueAll), and during the started event its ActiveLimit holds.
+func TestHeldSettingsKeepTheEventsPrequeue(t *testing.T) {
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig(multiGate, 2)
+	epoch := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	st := open(t, url, quiet)
+	t.Cleanup(func() { _ = st.Close() })
+	clock := sessiontest.NewClock(epoch)
+	wl, err := session.New(ctx, st, []session.GateConfig{cfg}, session.Options{
+		Clock: clock, TouchInterval: -1, SweepInterval: -1, Logger: quiet.Logger, Ready: st.Ready,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = wl.Close() })
+
+	// The operator raises the limit at runtime: stored settings exist now.
+	raised := cfg
+	raised.ActiveLimit = 10
+	_, err = wl.SetGateConfig(ctx, raised)
+	require.NoError(t, err)
+
+	one := int64(1)
+	ev, err := wl.AddEvent(ctx, session.ScheduledEvent{Gate: multiGate, ID: "drop",
+		PrequeueAt: epoch.Add(time.Minute), StartsAt: epoch.Add(2 * time.Minute), ActiveLimit: &one})
+	require.NoError(t, err)
+
+	clock.Set(ev.PrequeueAt)
+	require.NoError(t, wl.Sweep(ctx))
+	for i := range 3 {
+		v, err := wl.Join(ctx, multiGate, fmt.Sprint("pre", i))
+		require.NoError(t, err)
+		assert.Equal(t, session.StatusWaiting, v.Status, "pre%d: the pre-queue is open, everyone waits", i)
+	}
+}
+
+// TestHeldSettingsKeepTheEventsLimit: see TestHeldSettingsKeepTheEventsPrequeue.
+func TestHeldSettingsKeepTheEventsLimit(t *testing.T) {
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig(multiGate, 2)
+	epoch := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	st := open(t, url, quiet)
+	t.Cleanup(func() { _ = st.Close() })
+	clock := sessiontest.NewClock(epoch)
+	wl, err := session.New(ctx, st, []session.GateConfig{cfg}, session.Options{
+		Clock: clock, TouchInterval: -1, SweepInterval: -1, Logger: quiet.Logger, Ready: st.Ready,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = wl.Close() })
+	raised := cfg
+	raised.ActiveLimit = 10
+	_, err = wl.SetGateConfig(ctx, raised)
+	require.NoError(t, err)
+	one := int64(1)
+	ev, err := wl.AddEvent(ctx, session.ScheduledEvent{Gate: multiGate, ID: "drop",
+		PrequeueAt: epoch.Add(time.Minute), StartsAt: epoch.Add(2 * time.Minute), ActiveLimit: &one})
+	require.NoError(t, err)
+	clock.Set(ev.StartsAt.Add(time.Second))
+	require.NoError(t, wl.Sweep(ctx))
+	active := 0
+	for i := range 4 {
+		v, err := wl.Join(ctx, multiGate, fmt.Sprint("late", i))
+		require.NoError(t, err)
+		if v.Status == session.StatusActive {
+			active++
+		}
+	}
+	assert.Equal(t, 1, active, "the started event's ActiveLimit (1) holds")
+}

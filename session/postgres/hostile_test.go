@@ -2,7 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +150,8 @@ func TestDamagedCountersAreRepairedAtOpen(t *testing.T) {
 		{"active above the rows", `UPDATE anteroom_gates SET active = 40 WHERE name = $1`},
 		{"waiting off", `UPDATE anteroom_gates SET waiting = 7 WHERE name = $1`},
 		{"next position behind the rows", `UPDATE anteroom_gates SET next_position = 2 WHERE name = $1`},
+		{"waiting far too high", `UPDATE anteroom_gates SET waiting = 1::bigint << 47 WHERE name = $1`},
+		{"waiting negative", `UPDATE anteroom_gates SET waiting = -5 WHERE name = $1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url := pgtest.DB(t)
@@ -193,4 +198,45 @@ func TestDamagedCountersAreRepairedAtOpen(t *testing.T) {
 			assert.Equal(t, int64(1), active, "the limit holds")
 		})
 	}
+}
+
+// A newcomer refused by a gate whose next position is damaged fails alone:
+// the ops batched with it, other gates' among them, go through.
+func TestADamagedGateFailsOnlyItsOwnJoins(t *testing.T) {
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	bad := sessiontest.GateConfig(multiGate, 1)
+	good := sessiontest.GateConfig("healthy", 1000)
+	s := open(t, url, quiet)
+	t.Cleanup(func() { _ = s.Close() })
+	_, err := s.Load(ctx, []string{multiGate, "healthy"})
+	require.NoError(t, err)
+	_, err = s.Join(ctx, bad, "a", sessiontest.Epoch)
+	require.NoError(t, err)
+	admin, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, `UPDATE anteroom_gates SET next_position = 0 WHERE name = $1`, multiGate)
+	require.NoError(t, err)
+
+	var healthyFailed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			if i%10 == 0 {
+				_, _ = s.Join(ctx, bad, fmt.Sprint("new", i), sessiontest.Epoch)
+				return
+			}
+			if _, err := s.Join(ctx, good, fmt.Sprint("h", i), sessiontest.Epoch); err != nil {
+				healthyFailed.Add(1)
+				if healthyFailed.Load() == 1 {
+					t.Logf("healthy gate join failed: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	_, err = s.Join(ctx, good, "alone", sessiontest.Epoch)
+	t.Logf("a healthy join alone afterwards: %v", err)
+	assert.Zero(t, healthyFailed.Load(), "joins of a healthy gate failed because of another gate's damaged counter: %d of 180", healthyFailed.Load())
 }

@@ -163,7 +163,9 @@ type Store struct {
 	// held is the writer's decoding of each gate's stored runtime settings
 	// (heldConfig), by their JSON.
 	held map[string]heldSettings
-	txs  atomic.Int64
+	// badEvents are the damaged event rows the writer has warned of.
+	badEvents map[string]bool
+	txs       atomic.Int64
 
 	noHistory bool // Options.DisableHistory
 	// async: the writer commits asynchronously, then flushes (durable.go);
@@ -242,6 +244,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		followed:  make(chan struct{}),
 		lb:        make(map[string]int64),
 		held:      make(map[string]heldSettings),
+		badEvents: make(map[string]bool),
 		noHistory: opts.DisableHistory,
 	}
 	s.followPoll = opts.FollowPoll

@@ -102,7 +102,11 @@ const (
 	// locked, after the lock (a statement of its own, so its snapshot
 	// holds every change committed before the lock was granted).
 	sqlHeldSettings = `SELECT gate, settings FROM anteroom_gate_settings WHERE gate = ANY($1)`
-	sqlSaveGate     = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
+	// sqlHeldEvents reads their scheduled events the same way: a decision
+	// with the stored settings applies the events over them, as memory does
+	// (session.EventConfig).
+	sqlHeldEvents = `SELECT gate, id, event FROM anteroom_events WHERE gate = ANY($1)`
+	sqlSaveGate   = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
 	// A row already at the seq can only be a stray (a restore of the gates
 	// older than the outbox, a hand edit): the gate's lock makes this
 	// commit the only one of that seq, so it takes the row over.
@@ -177,6 +181,8 @@ type gateTx struct {
 	// limit lowered on another instance holds here before its notification
 	// arrives, and while this instance is not following.
 	held *session.GateConfig
+	// scheduled are the gate's scheduled events as stored, read with held.
+	scheduled []session.ScheduledEvent
 	// lb is the writer's lower bound of the first waiting position
 	// (Store.lb) as this transaction moves it: it reaches Store.lb only once
 	// the transaction committed and its commit is durable, so a promotion
@@ -462,6 +468,7 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 	pb.Queue(sqlEnsure, names)
 	pb.Queue(sqlLock, names)
 	pb.Queue(sqlHeldSettings, names)
+	pb.Queue(sqlHeldEvents, names)
 	var gates, ids []string
 	if len(keys) > 0 {
 		gates, ids = make([]string, len(keys)), make([]string, len(keys))
@@ -519,6 +526,9 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read settings: %w", err)
+	}
+	if err := s.readHeldEvents(b, br); err != nil {
+		return err
 	}
 	if len(keys) > 0 {
 		rows, err := br.Query()
@@ -1319,14 +1329,54 @@ func (s *Store) repairCounters(g *gateTx, active []session.Session, waiting []in
 
 // decidedWith makes o, an op that decides by its gate's configuration,
 // decide with the runtime settings its gate holds in the database (held),
-// when it holds some.
+// when it holds some, and the gate's scheduled events over them
+// (session.EventConfig at the op's time: a pre-queue holds everyone, a
+// started event's overrides apply), as memory's configuration would be
+// once it has followed every commit.
 func decidedWith(b *batch, o *op) {
 	switch o.kind {
 	case opJoin, opLeave, opRelease, opUpdate, opPurge, opNotify:
 		if g := b.gates[o.cfg.Name]; g != nil && g.held != nil {
-			o.cfg = *g.held
+			o.cfg = session.EventConfig(*g.held, g.scheduled, o.now)
 		}
 	}
+}
+
+// readHeldEvents reads the locked gates' scheduled events (sqlHeldEvents,
+// the next result of br). An event that does not decode is logged once and
+// makes its gate decide with the ops' own configuration (held dropped):
+// memory has its own view of the events.
+func (s *Store) readHeldEvents(b *batch, br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var gate, id string
+		var raw []byte
+		if err := rows.Scan(&gate, &id, &raw); err != nil {
+			return fmt.Errorf("read events: %w", err)
+		}
+		g := b.gates[gate]
+		if g == nil {
+			continue
+		}
+		ev, err := session.DecodeStoredEvent(gate, id, raw)
+		if err != nil {
+			if key := gate + "\x00" + id + "\x00" + string(raw); !s.badEvents[key] {
+				s.badEvents[key] = true
+				s.log.Warn("anteroom: a gate's stored event is damaged; its gate decides with the instance's own settings", "gate", gate, "event", id, "err", err)
+			}
+			g.held = nil
+			continue
+		}
+		g.scheduled = append(g.scheduled, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	return nil
 }
 
 // heldSettings is a gate's settings row as the writer last decoded it.
@@ -1358,6 +1408,11 @@ func (s *Store) heldConfig(gate string, raw []byte) *session.GateConfig {
 	return h.cfg
 }
 
+// maxPositionsHint bounds the capacity waitingPositions takes from the
+// waiting counter: a counter damaged to 1<<47 made it panic before the
+// load could repair it.
+const maxPositionsHint = 1 << 20
+
 // waitingPositions reads the positions of the gate's waiters, ascending.
 func waitingPositions(ctx context.Context, q pgx.Tx, gate string, hint int64) ([]int64, error) {
 	rows, err := q.Query(ctx, sqlWaitingPos, gate)
@@ -1365,7 +1420,7 @@ func waitingPositions(ctx context.Context, q pgx.Tx, gate string, hint int64) ([
 		return nil, fmt.Errorf("read waiting positions: %w", err)
 	}
 	defer rows.Close()
-	out := make([]int64, 0, max(hint, 0))
+	out := make([]int64, 0, min(max(hint, 0), maxPositionsHint)) // hint: a counter, maybe damaged
 	for rows.Next() {
 		var p int64
 		if err := rows.Scan(&p); err != nil {

@@ -461,7 +461,7 @@ func (s *Store) waitingPositions(gate string, hint int64) ([]int64, error) {
 		return nil, fmt.Errorf("read waiting positions: %w", err)
 	}
 	defer rows.Close()
-	out := make([]int64, 0, hint)
+	out := make([]int64, 0, min(max(hint, 0), 1<<20)) // hint: a counter; a capacity, not a bound
 	var dest [1]driver.Value
 	for {
 		err := rows.Next(dest[:])
