@@ -79,10 +79,55 @@ func TestHungReceiverHoldsUpNoOther(t *testing.T) {
 	assert.Len(t, fast.requests(), n, "the healthy endpoint got every row while the other hung")
 	assert.Equal(t, int64(workers), hung.Load(), "the hung endpoint holds its workers, no more")
 
+	// The hung lane's batch stays leased past one attempt's Timeout (its
+	// rows wait their turn behind the hung ones): nobody else sends them.
 	slowName := webhook.Endpoint{URL: slow.URL}.Name()
-	rest, err := f.store.ClaimOutbox(context.Background(), session.OutboxTargets{Only: slowName}, time.Now(), time.Minute, 2*n)
+	again, err := f.store.ClaimOutbox(context.Background(), session.OutboxTargets{Only: slowName}, time.Now().Add(time.Hour+11*time.Second), time.Minute, 2*n)
 	require.NoError(t, err)
-	assert.Len(t, rest, n-workers, "only the rows under delivery are leased")
+	assert.Empty(t, again, "a row of the hung lane's batch was handed out again while it waited its turn")
+}
+
+// countingOutbox counts the claims of the store it wraps.
+type countingOutbox struct {
+	session.OutboxStore
+	claims atomic.Int64
+}
+
+func (c *countingOutbox) ClaimOutbox(ctx context.Context, which session.OutboxTargets, now time.Time, lease time.Duration, n int) ([]session.OutboxMessage, error) {
+	c.claims.Add(1)
+	return c.OutboxStore.ClaimOutbox(ctx, which, now, lease, n)
+}
+
+// A backlog is claimed Batch rows per transaction, not a row per idle
+// worker: each claim is a write on the store's one writer, beside joins.
+func TestBacklogIsClaimedInBatches(t *testing.T) {
+	ok := &receiver{answer: func(_ int, w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }}
+	srv := httptest.NewServer(ok)
+	defer srv.Close()
+	var counting *countingOutbox
+	f := newFixture(t, srv.URL, []string{session.WebhookPromoted}, func(o *webhook.Options) {
+		counting = &countingOutbox{OutboxStore: o.Store}
+		o.Store = counting
+		o.Now = time.Now
+		o.Poll = time.Hour // no poll: what runs is the start and its batches
+		o.Workers, o.Batch = 4, 32
+	})
+	const n = 64
+	f.promotions(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for range 2000 { // bounded: 10 s
+		if len(ok.requests()) >= n {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Len(t, ok.requests(), n)
+	// The endpoint's lane: 32, 32, then an empty claim; the lane of
+	// removed endpoints: one empty claim.
+	assert.LessOrEqual(t, counting.claims.Load(), int64(4), "claims for %d rows", n)
 }
 
 // The rows of an endpoint no longer in the configuration are dead-lettered

@@ -242,10 +242,9 @@ func (d *Deliverer) Stats() Stats {
 // hangs (each of its attempts taking the whole Timeout) holds up no other
 // receiver's rows, such as the claim links of called-back sessions. One
 // more lane dead-letters the rows of endpoints no longer configured. A lane
-// claims only as many rows as it has idle workers, so that every row it
-// holds is being delivered and its lease (Timeout and a margin) outlasts
-// the attempt: another instance of a shared store never sends it twice
-// meanwhile.
+// claims up to Batch rows at a time, one transaction for them all, under a
+// lease that outlasts their delivery Workers at a time (batchLease), so
+// that another instance of a shared store never sends one of them twice.
 func (d *Deliverer) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, l := range d.lanes {
@@ -260,84 +259,67 @@ type lane struct {
 	kick  chan struct{}
 }
 
-// runLane delivers l's rows until ctx is done, then waits for those under
-// way. It claims whenever a worker is idle and rows may be due: after a
-// claim that came back full, a kick or a poll.
+// runLane delivers l's rows until ctx is done: a batch, then another while
+// they come back full, then a wait for a kick or a poll.
 func (d *Deliverer) runLane(ctx context.Context, l *lane) {
 	t := time.NewTicker(d.o.Poll)
 	defer t.Stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	idle := make(chan struct{}, d.o.Workers)
-	busy, more := 0, true
 	for {
-		if more && busy < d.o.Workers && ctx.Err() == nil {
-			want := min(d.o.Workers-busy, d.o.Batch)
-			msgs := d.claim(ctx, l.which, want)
-			for _, m := range msgs {
-				busy++
-				wg.Go(func() {
-					d.handle(ctx, m)
-					select {
-					case idle <- struct{}{}:
-					case <-ctx.Done(): // the loop has stopped counting
-					}
-				})
-			}
-			if more = len(msgs) == want; more && busy < d.o.Workers {
-				continue
-			}
+		for ctx.Err() == nil && d.runBatch(ctx, l) == d.o.Batch {
+			// A full batch: there may be more due.
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-idle:
-			busy--
 		case <-t.C:
-			more = true
 		case <-l.kick:
-			more = true
 		}
 	}
 }
 
-// claim leases up to n due rows of which; a failure is logged and claims
-// nothing.
-func (d *Deliverer) claim(ctx context.Context, which session.OutboxTargets, n int) []session.OutboxMessage {
-	// The lease outlasts a delivery (Timeout) and the recording of its
-	// answer; a killed process's rows wait it out.
-	lease := d.o.Timeout + 10*time.Second
-	msgs, err := d.o.Store.ClaimOutbox(ctx, which, d.o.Now(), lease, n)
+// runBatch claims up to Batch due rows of l, delivers them Workers at a
+// time, records each outcome and returns how many it claimed. Once ctx is
+// done it starts no more deliveries: the rows left wait out their lease.
+func (d *Deliverer) runBatch(ctx context.Context, l *lane) int {
+	msgs, err := d.o.Store.ClaimOutbox(ctx, l.which, d.o.Now(), d.batchLease(), d.o.Batch)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.o.Logger.Warn("anteroom: webhook outbox: claim failed", "err", err)
 		}
-		return nil
+		return 0
 	}
-	return msgs
+	sem := make(chan struct{}, d.o.Workers)
+	var wg sync.WaitGroup
+	for _, m := range msgs {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			d.handle(ctx, m)
+		})
+	}
+	wg.Wait()
+	return len(msgs)
 }
 
-// RunOnce claims the due rows of every lane (up to Batch each), delivers
-// them (Workers at a time per lane), records each outcome and returns
-// how many rows it claimed. It is Run's work done once, by hand.
+// batchLease is how long a claim holds its rows: a batch is delivered
+// Workers at a time, each attempt within Timeout, so its last attempt ends
+// at most ⌈Batch/Workers⌉ Timeouts after the claim; the margin covers
+// recording the answers. A killed process's rows wait it out.
+func (d *Deliverer) batchLease() time.Duration {
+	rounds := (d.o.Batch + d.o.Workers - 1) / d.o.Workers
+	return time.Duration(rounds)*d.o.Timeout + 10*time.Second
+}
+
+// RunOnce runs one batch of every lane, the lanes side by side, and
+// returns how many rows they claimed: Run's work done once, by hand.
 func (d *Deliverer) RunOnce(ctx context.Context) int {
 	var claimed atomic.Int64
 	var wg sync.WaitGroup
 	for _, l := range d.lanes {
-		msgs := d.claim(ctx, l.which, d.o.Batch)
-		claimed.Add(int64(len(msgs)))
-		wg.Go(func() {
-			sem := make(chan struct{}, d.o.Workers)
-			var each sync.WaitGroup
-			for _, m := range msgs {
-				sem <- struct{}{}
-				each.Go(func() {
-					defer func() { <-sem }()
-					d.handle(ctx, m)
-				})
-			}
-			each.Wait()
-		})
+		wg.Go(func() { claimed.Add(int64(d.runBatch(ctx, l))) })
 	}
 	wg.Wait()
 	return int(claimed.Load())
