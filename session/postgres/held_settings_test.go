@@ -125,8 +125,9 @@ func TestAnInstanceNotFollowingDecidesWithTheStoredLimit(t *testing.T) {
 	require.LessOrEqual(t, active, int64(1), "active sessions exceed the gate's limit of 1 (set on another instance)")
 }
 
-// A settings row damaged by hand is ignored by the writer, with one
-// warning: the ops decide with their own configuration, and nothing fails.
+// A settings row damaged by hand is ignored by the writer's reading of it
+// (heldConfig), with one warning per damaged row: nothing fails, and the
+// ops decide with their own configuration.
 func TestDamagedHeldSettingsAreIgnored(t *testing.T) {
 	url := pgtest.DB(t)
 	ctx := context.Background()

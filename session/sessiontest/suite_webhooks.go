@@ -289,10 +289,15 @@ func testOutboxTargets(t *testing.T, open Opener) {
 	require.NoError(t, err)
 	assert.Empty(t, none)
 
+	// Only wins over Not.
+	both, err := os.ClaimOutbox(ctx, session.OutboxTargets{Only: "gone", Not: []string{"gone"}}, now, time.Minute, 1)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gone"}, targets(both))
+
 	// Not: every row but those of the targets named.
 	orphans, err := os.ClaimOutbox(ctx, session.OutboxTargets{Not: []string{"slow", "fast"}}, now, time.Minute, 10)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"gone", "gone", "gone"}, targets(orphans))
+	assert.Equal(t, []string{"gone", "gone"}, targets(orphans))
 
 	// The zero value: what is left, whatever its target.
 	all, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, now, time.Minute, 10)
