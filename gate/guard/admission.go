@@ -47,8 +47,8 @@ import (
 // FailStreakGap is the longest time between two failed redeems that still
 // counts as one outage for FailOpenAfter: a failure after a longer quiet
 // starts the streak again. A redeem whose caller went away (its context
-// ended: the visitor hung up) says nothing of the sidecar and never fails
-// open.
+// canceled: the visitor hung up) says nothing of the sidecar and never
+// fails open; one cut by the caller's deadline counts as unanswered.
 const FailStreakGap = 10 * time.Second
 
 // AdmissionHeader is where Middleware reads the admission token first
@@ -288,9 +288,11 @@ func (v *AdmissionVerifier) Redeem(ctx context.Context, tok string) (Admission, 
 		a.Redeemed = true
 		return a, nil
 	}
-	if ctx.Err() != nil { // the caller went away: nothing learnt of the sidecar
+	if errors.Is(ctx.Err(), context.Canceled) { // the caller went away: nothing learnt of the sidecar
 		return Admission{}, session.Errorf(session.CodeUnavailable, "guard: the request ended before the redeem was answered: %w", ctx.Err())
 	}
+	// A deadline of the caller's that passed counts: the sidecar did not
+	// answer within the time the host gives a request.
 	if prev := v.lastFail.Swap(now); prev == 0 || now-prev > int64(FailStreakGap) {
 		v.downSince.Store(now) // the first failure after an answer or a quiet spell
 	} else {

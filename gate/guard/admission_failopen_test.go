@@ -58,3 +58,24 @@ func TestFailOpenNeedsFailuresWithoutABreak(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, status, "a replay of a redeemed token passed on the first failure of a new blip")
 	assert.EqualValues(t, 1, e.served.Load())
 }
+
+// A redeem cut by the caller's own deadline (a host that gives a request
+// less time than the redeem's Timeout) is unanswered: it counts toward
+// FailOpenAfter like any other, or such a host would never fail open.
+func TestFailOpenCountsTheCallersDeadline(t *testing.T) {
+	e := newAdmEnv(t, func(o *guard.AdmissionOptions) { o.FailOpenAfter = time.Minute })
+	warm := e.admission(t, "sale")
+	status, _ := e.checkout(t, guard.AdmissionHeader, warm) // keys fetched
+	require.Equal(t, http.StatusOK, status)
+	tok := e.admission(t, "sale")
+	late, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	var a guard.Admission
+	var err error
+	for range 13 { // a minute of failures 5 s apart
+		a, err = e.verifier.Redeem(late, tok)
+		e.sc.Clock.Advance(5 * time.Second)
+	}
+	require.NoError(t, err)
+	assert.True(t, a.FailedOpen, "unanswered for FailOpenAfter: open")
+}

@@ -156,10 +156,12 @@ func TestDamagedHeldSettingsAreIgnored(t *testing.T) {
 	assert.Len(t, rows, 4)
 }
 
-// A gate with runtime settings (stored, so decisions use them) and a
-// scheduled event: during the pre-queue everyone waits (EventConfig:
-// ModeQueueAll), and during the started event its ActiveLimit holds.
-func TestHeldSettingsKeepTheEventsPrequeue(t *testing.T) {
+// eventWithHeldSettings starts a Waitlist on a fresh database whose gate
+// has runtime settings (a limit raised to 10, stored: decisions use them)
+// and an event (pre-queue a minute after the clock's start, start a minute
+// later, its limit 1).
+func eventWithHeldSettings(t *testing.T) (*session.Waitlist, *sessiontest.Clock, session.ScheduledEvent) {
+	t.Helper()
 	url := pgtest.DB(t)
 	ctx := context.Background()
 	cfg := sessiontest.GateConfig(multiGate, 2)
@@ -172,18 +174,23 @@ func TestHeldSettingsKeepTheEventsPrequeue(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = wl.Close() })
-
-	// The operator raises the limit at runtime: stored settings exist now.
 	raised := cfg
 	raised.ActiveLimit = 10
 	_, err = wl.SetGateConfig(ctx, raised)
 	require.NoError(t, err)
-
 	one := int64(1)
 	ev, err := wl.AddEvent(ctx, session.ScheduledEvent{Gate: multiGate, ID: "drop",
 		PrequeueAt: epoch.Add(time.Minute), StartsAt: epoch.Add(2 * time.Minute), ActiveLimit: &one})
 	require.NoError(t, err)
+	return wl, clock, ev
+}
 
+// A gate with runtime settings and a scheduled event: the decisions with
+// the stored settings apply the event over them (session.EventConfig), as
+// memory does. During the pre-queue everyone waits.
+func TestHeldSettingsKeepTheEventsPrequeue(t *testing.T) {
+	ctx := context.Background()
+	wl, clock, ev := eventWithHeldSettings(t)
 	clock.Set(ev.PrequeueAt)
 	require.NoError(t, wl.Sweep(ctx))
 	for i := range 3 {
@@ -193,28 +200,11 @@ func TestHeldSettingsKeepTheEventsPrequeue(t *testing.T) {
 	}
 }
 
-// TestHeldSettingsKeepTheEventsLimit: see TestHeldSettingsKeepTheEventsPrequeue.
+// TestHeldSettingsKeepTheEventsLimit: as TestHeldSettingsKeepTheEventsPrequeue,
+// once the event started its limit holds.
 func TestHeldSettingsKeepTheEventsLimit(t *testing.T) {
-	url := pgtest.DB(t)
 	ctx := context.Background()
-	cfg := sessiontest.GateConfig(multiGate, 2)
-	epoch := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	st := open(t, url, quiet)
-	t.Cleanup(func() { _ = st.Close() })
-	clock := sessiontest.NewClock(epoch)
-	wl, err := session.New(ctx, st, []session.GateConfig{cfg}, session.Options{
-		Clock: clock, TouchInterval: -1, SweepInterval: -1, Logger: quiet.Logger, Ready: st.Ready,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = wl.Close() })
-	raised := cfg
-	raised.ActiveLimit = 10
-	_, err = wl.SetGateConfig(ctx, raised)
-	require.NoError(t, err)
-	one := int64(1)
-	ev, err := wl.AddEvent(ctx, session.ScheduledEvent{Gate: multiGate, ID: "drop",
-		PrequeueAt: epoch.Add(time.Minute), StartsAt: epoch.Add(2 * time.Minute), ActiveLimit: &one})
-	require.NoError(t, err)
+	wl, clock, ev := eventWithHeldSettings(t)
 	clock.Set(ev.StartsAt.Add(time.Second))
 	require.NoError(t, wl.Sweep(ctx))
 	active := 0
