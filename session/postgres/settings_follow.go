@@ -80,7 +80,12 @@ func (s *Store) applySettings(ctx context.Context, b *batch, o *op) error {
 		ch.added = true // inserted by an earlier op of the batch
 	}
 	g.settings = ch
-	g.held = o.settings // the later ops of the batch decide with them
+	if g.held != nil || o.settings == nil {
+		// The later ops of the batch decide with them. A gate that had no
+		// settings at its lock had its events left unread: its ops keep
+		// their own configuration until the next batch.
+		g.held = o.settings
+	}
 	g.report = true
 	return nil
 }

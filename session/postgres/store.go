@@ -163,9 +163,11 @@ type Store struct {
 	// held is the writer's decoding of each gate's stored runtime settings
 	// (heldConfig), by their JSON.
 	held map[string]heldSettings
-	// badEvents are the damaged event rows the writer has warned of.
-	badEvents map[string]bool
-	txs       atomic.Int64
+	// heldEvents is the writer's decoding of the scheduled events of gates
+	// with runtime settings, by gate, id and row version (readHeldEvents).
+	heldEvents map[string]map[string]heldEvent
+	eventReads int64 // the events the writer read whole, for the tests
+	txs        atomic.Int64
 
 	noHistory bool // Options.DisableHistory
 	// async: the writer commits asynchronously, then flushes (durable.go);
@@ -231,21 +233,21 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pcfg.ConnConfig.Tracer = opts.Tracer
 	}
 	s := &Store{
-		log:       opts.Logger,
-		connCfg:   pcfg.ConnConfig.Copy(),
-		maxBatch:  opts.MaxBatch,
-		chunk:     opts.UpdateChunk,
-		retention: opts.OutboxRetention,
-		reconnect: opts.ReconnectDelay,
-		applied:   make(map[string]int64),
-		pending:   make(map[string]bool),
-		ops:       make(chan *op, opts.QueueLen),
-		done:      make(chan struct{}),
-		followed:  make(chan struct{}),
-		lb:        make(map[string]int64),
-		held:      make(map[string]heldSettings),
-		badEvents: make(map[string]bool),
-		noHistory: opts.DisableHistory,
+		log:        opts.Logger,
+		connCfg:    pcfg.ConnConfig.Copy(),
+		maxBatch:   opts.MaxBatch,
+		chunk:      opts.UpdateChunk,
+		retention:  opts.OutboxRetention,
+		reconnect:  opts.ReconnectDelay,
+		applied:    make(map[string]int64),
+		pending:    make(map[string]bool),
+		ops:        make(chan *op, opts.QueueLen),
+		done:       make(chan struct{}),
+		followed:   make(chan struct{}),
+		lb:         make(map[string]int64),
+		held:       make(map[string]heldSettings),
+		heldEvents: make(map[string]map[string]heldEvent),
+		noHistory:  opts.DisableHistory,
 	}
 	s.followPoll = opts.FollowPoll
 	var nonce [8]byte

@@ -102,11 +102,17 @@ const (
 	// locked, after the lock (a statement of its own, so its snapshot
 	// holds every change committed before the lock was granted).
 	sqlHeldSettings = `SELECT gate, settings FROM anteroom_gate_settings WHERE gate = ANY($1)`
-	// sqlHeldEvents reads their scheduled events the same way: a decision
-	// with the stored settings applies the events over them, as memory does
-	// (session.EventConfig).
-	sqlHeldEvents = `SELECT gate, id, event FROM anteroom_events WHERE gate = ANY($1)`
-	sqlSaveGate   = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
+	// sqlHeldEvents reads the versions (xmin) of the scheduled events of
+	// those of the gates that have runtime settings: a decision with the
+	// stored settings applies the events over them, as memory does
+	// (session.EventConfig). Only versions: an event's row holds its whole
+	// drawn line (positions, megabytes after a large launch), which the
+	// writer reads again (sqlHeldEvent, without the line) only when the
+	// row changed (Store.heldEvents).
+	sqlHeldEvents = `SELECT e.gate, e.id, e.xmin::text FROM anteroom_events e
+		WHERE e.gate = ANY($1) AND EXISTS (SELECT 1 FROM anteroom_gate_settings s WHERE s.gate = e.gate)`
+	sqlHeldEvent = `SELECT xmin::text, event - 'positions' FROM anteroom_events WHERE gate = $1 AND id = $2`
+	sqlSaveGate  = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
 	// A row already at the seq can only be a stray (a restore of the gates
 	// older than the outbox, a hand edit): the gate's lock makes this
 	// commit the only one of that seq, so it takes the row over.
@@ -181,8 +187,11 @@ type gateTx struct {
 	// limit lowered on another instance holds here before its notification
 	// arrives, and while this instance is not following.
 	held *session.GateConfig
-	// scheduled are the gate's scheduled events as stored, read with held.
-	scheduled []session.ScheduledEvent
+	// scheduled are the gate's scheduled events as stored, read with held
+	// (only for a gate with runtime settings); damagedEvents: one of them
+	// does not decode, and the batch decides with the ops' configuration.
+	scheduled     []session.ScheduledEvent
+	damagedEvents bool
 	// lb is the writer's lower bound of the first waiting position
 	// (Store.lb) as this transaction moves it: it reaches Store.lb only once
 	// the transaction committed and its commit is durable, so a promotion
@@ -527,7 +536,8 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read settings: %w", err)
 	}
-	if err := s.readHeldEvents(b, br); err != nil {
+	stale, err := s.readHeldEvents(b, br)
+	if err != nil {
 		return err
 	}
 	if len(keys) > 0 {
@@ -548,7 +558,10 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 			g.pre = bounds{read: true, first: first, last: last}
 		}
 	}
-	return br.Close()
+	if err := br.Close(); err != nil {
+		return err
+	}
+	return s.fetchHeldEvents(ctx, b, stale)
 }
 
 // find returns the transaction's copy of the row (gate, id), reading it when
@@ -1342,39 +1355,94 @@ func decidedWith(b *batch, o *op) {
 	}
 }
 
-// readHeldEvents reads the locked gates' scheduled events (sqlHeldEvents,
-// the next result of br). An event that does not decode is logged once and
-// makes its gate decide with the ops' own configuration (held dropped):
-// memory has its own view of the events.
-func (s *Store) readHeldEvents(b *batch, br pgx.BatchResults) error {
+// eventVersion names one version of a stored event row.
+type eventVersion struct{ gate, id, xmin string }
+
+// heldEvent is a stored event as the writer last decoded it (nil: damaged).
+type heldEvent struct {
+	xmin string
+	ev   *session.ScheduledEvent
+}
+
+// readHeldEvents reads the versions of the locked gates' events
+// (sqlHeldEvents, the next result of br) and puts those it has decoded in
+// their gates; it returns the versions it has not. The writer's cache of a
+// gate keeps only the events still stored.
+func (s *Store) readHeldEvents(b *batch, br pgx.BatchResults) ([]eventVersion, error) {
 	rows, err := br.Query()
 	if err != nil {
-		return fmt.Errorf("read events: %w", err)
+		return nil, fmt.Errorf("read events: %w", err)
 	}
 	defer rows.Close()
+	seen := map[string]map[string]heldEvent{}
+	var stale []eventVersion
 	for rows.Next() {
-		var gate, id string
-		var raw []byte
-		if err := rows.Scan(&gate, &id, &raw); err != nil {
-			return fmt.Errorf("read events: %w", err)
+		var v eventVersion
+		if err := rows.Scan(&v.gate, &v.id, &v.xmin); err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
 		}
-		g := b.gates[gate]
+		if b.gates[v.gate] == nil {
+			continue
+		}
+		if seen[v.gate] == nil {
+			seen[v.gate] = map[string]heldEvent{}
+		}
+		h, ok := s.heldEvents[v.gate][v.id]
+		if !ok || h.xmin != v.xmin {
+			stale = append(stale, v)
+			continue
+		}
+		seen[v.gate][v.id] = h
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	for name := range b.gates {
+		if len(seen[name]) == 0 {
+			delete(s.heldEvents, name)
+		} else {
+			s.heldEvents[name] = seen[name]
+		}
+	}
+	return stale, nil
+}
+
+// fetchHeldEvents reads the events whose versions the writer has not
+// decoded (without their drawn line), caches them, and puts every cached
+// event of a locked gate in it. An event that does not decode is logged
+// once per version and makes its gate decide with the ops' own
+// configuration (held dropped): memory has its own view of the events.
+func (s *Store) fetchHeldEvents(ctx context.Context, b *batch, stale []eventVersion) error {
+	for _, v := range stale {
+		var xmin string
+		var raw []byte
+		if err := b.tx.QueryRow(ctx, sqlHeldEvent, v.gate, v.id).Scan(&xmin, &raw); err != nil {
+			return fmt.Errorf("read event %q of gate %q: %w", v.id, v.gate, err)
+		}
+		s.eventReads++
+		h := heldEvent{xmin: xmin}
+		if ev, err := session.DecodeStoredEvent(v.gate, v.id, raw); err != nil {
+			s.log.Warn("anteroom: a gate's stored event is damaged; its gate decides with the instance's own settings", "gate", v.gate, "event", v.id, "err", err)
+		} else {
+			h.ev = &ev
+		}
+		if s.heldEvents[v.gate] == nil {
+			s.heldEvents[v.gate] = map[string]heldEvent{}
+		}
+		s.heldEvents[v.gate][v.id] = h
+	}
+	for name, evs := range s.heldEvents {
+		g := b.gates[name]
 		if g == nil {
 			continue
 		}
-		ev, err := session.DecodeStoredEvent(gate, id, raw)
-		if err != nil {
-			if key := gate + "\x00" + id + "\x00" + string(raw); !s.badEvents[key] {
-				s.badEvents[key] = true
-				s.log.Warn("anteroom: a gate's stored event is damaged; its gate decides with the instance's own settings", "gate", gate, "event", id, "err", err)
+		for _, h := range evs {
+			if h.ev == nil {
+				g.held, g.damagedEvents = nil, true
+				continue
 			}
-			g.held = nil
-			continue
+			g.scheduled = append(g.scheduled, *h.ev)
 		}
-		g.scheduled = append(g.scheduled, ev)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read events: %w", err)
 	}
 	return nil
 }
