@@ -235,6 +235,9 @@ type OutboxStore interface {
 	RetryOutbox(ctx context.Context, m OutboxMessage, next time.Time, lastErr string) error
 	// DeadOutbox dead-letters m: kept, never tried again.
 	DeadOutbox(ctx context.Context, m OutboxMessage, lastErr string) error
+	// ReleaseOutbox gives m back unattempted (a deliverer that stops before
+	// it sends a row it claimed): its lease ends now, no attempt counted.
+	ReleaseOutbox(ctx context.Context, m OutboxMessage) error
 	// OutboxCounts counts the rows by state.
 	OutboxCounts(ctx context.Context) (OutboxCounts, error)
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,8 +35,8 @@ func (f *fixture) promotions(t *testing.T, n int) {
 // A receiver that never answers holds up no other: each endpoint's rows
 // are claimed and delivered apart, so the healthy endpoint gets all of its
 // rows while every worker of the hung one waits out its long timeout; and
-// the hung lane holds a lease only on the rows it is delivering, so the
-// others stay claimable (by another instance of a shared store).
+// the rows the hung lane claimed stay leased while they wait their turn,
+// so another instance of a shared store does not send them meanwhile.
 func TestHungReceiverHoldsUpNoOther(t *testing.T) {
 	hang := make(chan struct{})
 	var hung atomic.Int64
@@ -159,4 +160,95 @@ func TestRowsOfARemovedEndpointAreDeadLettered(t *testing.T) {
 	assert.Contains(t, f.logs.String(), "no endpoint configured")
 	assert.Empty(t, old.requests())
 	assert.Empty(t, now.requests())
+}
+
+// A lane's rows do not wait for one slow attempt: while the first row's
+// attempt hangs, a row that comes later is delivered by an idle worker.
+func TestOneSlowAttemptHoldsUpNoOtherRow(t *testing.T) {
+	hold := make(chan struct{})
+	rc := &receiver{answer: func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			<-hold
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	defer close(hold) // before Close, which waits for the held request
+	f := newFixture(t, srv.URL, []string{session.WebhookPromoted}, func(o *webhook.Options) {
+		o.Now = time.Now
+		o.Workers = 4
+		o.Timeout = time.Hour
+	})
+	f.promotions(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for i := 0; len(rc.requests()) < 1 && i < 2000; i++ { // bounded: 10 s
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Len(t, rc.requests(), 1, "the first row's attempt started")
+	f.promotions2(t, "late")
+	for i := 0; len(rc.requests()) < 2 && i < 2000; i++ {
+		f.d.Kick()
+		time.Sleep(5 * time.Millisecond)
+	}
+	assert.Len(t, rc.requests(), 2, "the later row was sent while the first attempt still hung")
+}
+
+// promotions2 makes one more promotion, of a session named tag.
+func (f *fixture) promotions2(t *testing.T, tag string) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := f.store.Rows(ctx, "default")
+	require.NoError(t, err)
+	var active string
+	for _, r := range rows {
+		if r.Status == session.StatusActive {
+			active = r.ID
+		}
+	}
+	require.NotEmpty(t, active)
+	_, err = f.wl.Join(ctx, "default", tag)
+	require.NoError(t, err)
+	require.NoError(t, f.wl.Release(ctx, "default", active))
+}
+
+// A deliverer that stops gives back the rows it claimed and did not start:
+// the next process sends them at once, as first attempts, instead of
+// waiting out their lease.
+func TestStoppingGivesBackTheRowsNotStarted(t *testing.T) {
+	hold := make(chan struct{})
+	var once sync.Once
+	started := make(chan struct{})
+	rc := &receiver{answer: func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			once.Do(func() { close(started) })
+			<-hold
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	promoted := []string{session.WebhookPromoted}
+	f := newFixture(t, srv.URL, promoted, func(o *webhook.Options) {
+		o.Now = time.Now
+		o.Workers, o.Batch = 1, 8
+	})
+	f.promotions(t, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.d.Run(ctx); close(done) }()
+	<-started
+	cancel() // SIGTERM: the attempt under way is cut
+	close(hold)
+	<-done
+
+	msgs, err := f.store.ClaimOutbox(context.Background(), session.OutboxTargets{}, time.Now(), time.Minute, 10)
+	require.NoError(t, err)
+	assert.Len(t, msgs, 7, "the seven rows never started are due again at once")
+	for _, m := range msgs {
+		assert.Zero(t, m.Attempts, "row %d: given back, not counted as an attempt", m.ID)
+	}
 }

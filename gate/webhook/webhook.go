@@ -235,16 +235,21 @@ func (d *Deliverer) Stats() Stats {
 	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Dead: d.dead.Load()}
 }
 
-// Run delivers until ctx is done, then waits for the deliveries under way.
+// Run delivers until ctx is done, then waits for the deliveries under way
+// and gives back the rows it claimed and did not start.
 //
 // Each endpoint has a lane of its own: its rows are claimed apart, oldest
 // first, and delivered by Workers of its own, so that a receiver that
 // hangs (each of its attempts taking the whole Timeout) holds up no other
 // receiver's rows, such as the claim links of called-back sessions. One
-// more lane dead-letters the rows of endpoints no longer configured. A lane
-// claims up to Batch rows at a time, one transaction for them all, under a
-// lease that outlasts their delivery Workers at a time (batchLease), so
-// that another instance of a shared store never sends one of them twice.
+// more lane dead-letters the rows of endpoints no longer configured.
+//
+// A lane claims up to Batch rows in one transaction whenever its queue is
+// empty and half its workers are idle, so that one slow attempt does not
+// hold back the rows that come meanwhile. The claim's lease covers every
+// row's turn (claimLease); a row whose lease would end before its attempt
+// could is given back unstarted, so no other instance of a shared store
+// sends a row while this one may.
 func (d *Deliverer) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, l := range d.lanes {
@@ -259,77 +264,138 @@ type lane struct {
 	kick  chan struct{}
 }
 
-// runLane delivers l's rows until ctx is done: a batch, then another while
-// they come back full, then a wait for a kick or a poll.
+// recordTimeout bounds the recording of an attempt's answer (handle).
+const recordTimeout = 5 * time.Second
+
+// claimed is a lane's queue: rows claimed together, not started yet.
+type claimed struct {
+	rows  []session.OutboxMessage
+	until time.Time // their lease's end
+}
+
 func (d *Deliverer) runLane(ctx context.Context, l *lane) {
 	t := time.NewTicker(d.o.Poll)
 	defer t.Stop()
+	var wg sync.WaitGroup
+	var q claimed
+	defer func() {
+		wg.Wait()
+		d.giveBack(q.rows)
+	}()
+	idle := make(chan struct{}, d.o.Workers)
+	busy, more := 0, true
+	half := (d.o.Workers + 1) / 2
 	for {
-		for ctx.Err() == nil && d.runBatch(ctx, l) == d.o.Batch {
-			// A full batch: there may be more due.
+		if len(q.rows) == 0 && more && d.o.Workers-busy >= half && ctx.Err() == nil {
+			q = d.claim(ctx, l.which, busy)
+			more = len(q.rows) == d.o.Batch
+		}
+		for len(q.rows) > 0 && busy < d.o.Workers && ctx.Err() == nil {
+			m := q.rows[0]
+			q.rows = q.rows[1:]
+			if d.o.Now().Add(d.o.Timeout + recordTimeout).After(q.until) {
+				d.giveBack([]session.OutboxMessage{m}) // its lease would end mid-attempt
+				continue
+			}
+			busy++
+			wg.Go(func() {
+				if ctx.Err() != nil {
+					d.giveBack([]session.OutboxMessage{m})
+				} else {
+					d.handle(ctx, m)
+				}
+				select {
+				case idle <- struct{}{}:
+				case <-ctx.Done(): // the loop has stopped counting
+				}
+			})
+		}
+		if len(q.rows) == 0 && more && d.o.Workers-busy >= half && ctx.Err() == nil {
+			continue // the last claim came back full: there may be more due
 		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-idle:
+			busy--
 		case <-t.C:
+			more = true
 		case <-l.kick:
+			more = true
 		}
 	}
 }
 
-// runBatch claims up to Batch due rows of l, delivers them Workers at a
-// time, records each outcome and returns how many it claimed. Once ctx is
-// done it starts no more deliveries: the rows left wait out their lease.
-func (d *Deliverer) runBatch(ctx context.Context, l *lane) int {
-	msgs, err := d.o.Store.ClaimOutbox(ctx, l.which, d.o.Now(), d.batchLease(), d.o.Batch)
+// claim leases up to Batch due rows of which, for as long as their turns
+// take behind the busy attempts (claimLease); a failure is logged and
+// claims nothing.
+func (d *Deliverer) claim(ctx context.Context, which session.OutboxTargets, busy int) claimed {
+	now := d.o.Now()
+	lease := d.claimLease(busy)
+	msgs, err := d.o.Store.ClaimOutbox(ctx, which, now, lease, d.o.Batch)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.o.Logger.Warn("anteroom: webhook outbox: claim failed", "err", err)
 		}
-		return 0
+		return claimed{}
 	}
-	sem := make(chan struct{}, d.o.Workers)
-	var wg sync.WaitGroup
-	for _, m := range msgs {
-		if ctx.Err() != nil {
-			break
+	return claimed{rows: msgs, until: now.Add(lease)}
+}
+
+// claimLease is how long a claim of Batch rows holds them while busy
+// attempts run: the last row starts after at most ⌈(busy+Batch)/Workers⌉−1
+// turns of a worker, each an attempt (Timeout) and the recording of its
+// answer (recordTimeout), and ends one turn later; the margin covers the
+// claim itself. A killed process's rows wait it out.
+func (d *Deliverer) claimLease(busy int) time.Duration {
+	turns := (busy + d.o.Batch + d.o.Workers - 1) / d.o.Workers
+	return time.Duration(turns)*(d.o.Timeout+recordTimeout) + 10*time.Second
+}
+
+// giveBack returns rows claimed and never started (ReleaseOutbox): due
+// again at once, for this process or another, with no attempt counted.
+func (d *Deliverer) giveBack(rows []session.OutboxMessage) {
+	for _, m := range rows {
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		if err := d.o.Store.ReleaseOutbox(ctx, m); err != nil {
+			d.o.Logger.Warn("anteroom: webhook row not given back; it is sent once its lease ends", "id", m.ID, "err", err)
 		}
-		sem <- struct{}{}
+		cancel()
+	}
+}
+
+// RunOnce claims one batch of every lane (up to Batch rows each), delivers
+// them Workers at a time per lane, the lanes side by side, records each
+// outcome and returns how many rows it claimed: Run's work done once, by
+// hand.
+func (d *Deliverer) RunOnce(ctx context.Context) int {
+	var claimedRows atomic.Int64
+	var wg sync.WaitGroup
+	for _, l := range d.lanes {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			d.handle(ctx, m)
+			q := d.claim(ctx, l.which, 0)
+			claimedRows.Add(int64(len(q.rows)))
+			sem := make(chan struct{}, d.o.Workers)
+			var each sync.WaitGroup
+			for _, m := range q.rows {
+				sem <- struct{}{}
+				each.Go(func() {
+					defer func() { <-sem }()
+					d.handle(ctx, m)
+				})
+			}
+			each.Wait()
 		})
 	}
 	wg.Wait()
-	return len(msgs)
-}
-
-// batchLease is how long a claim holds its rows: a batch is delivered
-// Workers at a time, each attempt within Timeout, so its last attempt ends
-// at most ⌈Batch/Workers⌉ Timeouts after the claim; the margin covers
-// recording the answers. A killed process's rows wait it out.
-func (d *Deliverer) batchLease() time.Duration {
-	rounds := (d.o.Batch + d.o.Workers - 1) / d.o.Workers
-	return time.Duration(rounds)*d.o.Timeout + 10*time.Second
-}
-
-// RunOnce runs one batch of every lane, the lanes side by side, and
-// returns how many rows they claimed: Run's work done once, by hand.
-func (d *Deliverer) RunOnce(ctx context.Context) int {
-	var claimed atomic.Int64
-	var wg sync.WaitGroup
-	for _, l := range d.lanes {
-		wg.Go(func() { claimed.Add(int64(d.runBatch(ctx, l))) })
-	}
-	wg.Wait()
-	return int(claimed.Load())
+	return int(claimedRows.Load())
 }
 
 // handle delivers one row and records the outcome under its lease.
 func (d *Deliverer) handle(ctx context.Context, m session.OutboxMessage) {
 	// Answers are written even when ctx ends: the row's lease would hold
 	// it for nothing.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	e, ok := d.endpoints[m.Target]
 	if !ok {

@@ -187,6 +187,13 @@ func (s *Store) DeadOutbox(ctx context.Context, m session.OutboxMessage, lastErr
 		cutError(lastErr), m.ID, m.Lease)
 }
 
+// ReleaseOutbox gives m back unattempted (session.OutboxStore).
+//
+// Errors: as AckOutbox.
+func (s *Store) ReleaseOutbox(ctx context.Context, m session.OutboxMessage) error {
+	return s.answerWebhook(ctx, `UPDATE anteroom_webhook_outbox SET lease = NULL, lease_until = NULL WHERE id = $1 AND lease = $2 AND state = 0`, m.ID, m.Lease)
+}
+
 func (s *Store) answerWebhook(ctx context.Context, q string, args ...any) error {
 	if s.closed.Load() {
 		return session.ErrUnavailable

@@ -303,6 +303,16 @@ func testOutboxTargets(t *testing.T, open Opener) {
 	all, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, now, time.Minute, 10)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"slow", "slow", "slow"}, targets(all))
+
+	// Given back unattempted: claimable again at once, no attempt counted;
+	// a lease that is no longer the row's gives nothing back.
+	require.NoError(t, os.ReleaseOutbox(ctx, all[0]))
+	require.NoError(t, os.ReleaseOutbox(ctx, session.OutboxMessage{ID: all[1].ID, Lease: "not-its-lease"}))
+	back, err := os.ClaimOutbox(ctx, session.OutboxTargets{}, now, time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, back, 1)
+	assert.Equal(t, all[0].ID, back[0].ID)
+	assert.Zero(t, back[0].Attempts)
 }
 
 // testOutboxEventStarted checks that the start of a scheduled event writes

@@ -242,6 +242,13 @@ func (s *Store) DeadOutbox(ctx context.Context, m session.OutboxMessage, lastErr
 		cutError(lastErr), m.ID, m.Lease)
 }
 
+// ReleaseOutbox gives m back unattempted (session.OutboxStore).
+//
+// Errors: as AckOutbox.
+func (s *Store) ReleaseOutbox(ctx context.Context, m session.OutboxMessage) error {
+	return s.answerOutbox(ctx, `UPDATE webhook_outbox SET lease = NULL, lease_until = NULL WHERE id = ?1 AND lease = ?2 AND state = 0`, m.ID, m.Lease)
+}
+
 func (s *Store) answerOutbox(ctx context.Context, q string, args ...any) error {
 	return s.runExt(ctx, session.GateConfig{}, func(*batch, *op) error {
 		if _, err := s.wc.direct(q, args...); err != nil {
