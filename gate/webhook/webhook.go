@@ -235,8 +235,10 @@ func (d *Deliverer) Stats() Stats {
 	return Stats{Delivered: d.delivered.Load(), Failed: d.failed.Load(), Dead: d.dead.Load()}
 }
 
-// Run delivers until ctx is done, then waits for the deliveries under way
-// and gives back the rows it claimed and did not start.
+// Run delivers until ctx is done. Then the attempts under way are cut
+// (each recorded as a failed attempt, retried later) and the rows claimed
+// and not started are given back unattempted; Run returns once both are
+// done.
 //
 // Each endpoint has a lane of its own: its rows are claimed apart, oldest
 // first, and delivered by Workers of its own, so that a receiver that
