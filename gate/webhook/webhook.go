@@ -356,13 +356,18 @@ func (d *Deliverer) claimLease(busy int) time.Duration {
 
 // giveBack returns rows claimed and never started (ReleaseOutbox): due
 // again at once, for this process or another, with no attempt counted.
+// It takes at most recordTimeout in all (a store that does not answer
+// must not hold a shutdown for a batch of timeouts).
 func (d *Deliverer) giveBack(rows []session.OutboxMessage) {
+	if len(rows) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
 	for _, m := range rows {
-		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 		if err := d.o.Store.ReleaseOutbox(ctx, m); err != nil {
 			d.o.Logger.Warn("anteroom: webhook row not given back; it is sent once its lease ends", "id", m.ID, "err", err)
 		}
-		cancel()
 	}
 }
 
