@@ -252,3 +252,61 @@ func TestStoppingGivesBackTheRowsNotStarted(t *testing.T) {
 		assert.Zero(t, m.Attempts, "row %d: given back, not counted as an attempt", m.ID)
 	}
 }
+
+// An attempt that takes longer than the time to record an answer is still
+// recorded: the recording's time counts from the attempt's end. (It
+// counted from its start, so a receiver answering after 5 s was posted
+// again after every lease, and one that hung was never counted, backed
+// off or dead-lettered.) It takes a little over 5 s of real time.
+func TestASlowAttemptIsRecorded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the recording's timeout")
+	}
+	rc := &receiver{answer: func(_ int, w http.ResponseWriter) {
+		time.Sleep(5*time.Second + 300*time.Millisecond)
+		w.WriteHeader(http.StatusNoContent)
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	f := newFixture(t, srv.URL, []string{session.WebhookPromoted}, func(o *webhook.Options) {
+		o.Now = time.Now
+		o.Timeout = 10 * time.Second
+	})
+	f.promotions(t, 1)
+	require.Equal(t, 1, f.d.RunOnce(context.Background()))
+	c, err := f.store.OutboxCounts(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, session.OutboxCounts{Delivered: 1}, c, "delivered within Timeout: recorded, not left to be sent again")
+	assert.NotContains(t, f.logs.String(), "not recorded")
+}
+
+// RunOnce stopped mid-batch gives back the rows it did not start, as Run
+// does: none is counted as a failed attempt it never made.
+func TestRunOnceStoppedGivesBackTheRest(t *testing.T) {
+	started := make(chan struct{}, 16)
+	rc := &receiver{answer: func(_ int, w http.ResponseWriter) {
+		started <- struct{}{}
+		time.Sleep(200 * time.Millisecond)
+		w.WriteHeader(http.StatusNoContent)
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	f := newFixture(t, srv.URL, []string{session.WebhookPromoted}, func(o *webhook.Options) {
+		o.Now = time.Now
+		o.Workers, o.Batch = 1, 8
+	})
+	f.promotions(t, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-started; cancel() }()
+	require.Equal(t, 8, f.d.RunOnce(ctx))
+	msgs, err := f.store.ClaimOutbox(context.Background(), session.OutboxTargets{}, time.Now().Add(time.Hour), time.Minute, 10)
+	require.NoError(t, err)
+	counted := 0
+	for _, m := range msgs {
+		if m.Attempts > 0 {
+			counted++
+		}
+	}
+	assert.LessOrEqual(t, counted, 1, "only the attempt under way (cut) counts; rows never posted: %d counted", counted)
+	assert.GreaterOrEqual(t, len(msgs), 7, "the rows not started are due again")
+}

@@ -29,3 +29,10 @@ func TestClaimLeaseCoversEveryTurn(t *testing.T) {
 		assert.Greater(t, d.claimLease(tc.busy), need, "batch %d, workers %d, busy %d", tc.batch, tc.workers, tc.busy)
 	}
 }
+
+// A huge Timeout does not overflow the lease into a negative one (which the
+// store refuses, so nothing would ever be claimed): it is capped.
+func TestClaimLeaseIsCapped(t *testing.T) {
+	d := &Deliverer{o: Options{Batch: 1000, Workers: 1, Timeout: 1 << 50}}
+	assert.Equal(t, maxLease, d.claimLease(3))
+}

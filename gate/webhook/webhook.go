@@ -349,10 +349,20 @@ func (d *Deliverer) claim(ctx context.Context, which session.OutboxTargets, busy
 // turns of a worker, each an attempt (Timeout) and the recording of its
 // answer (recordTimeout), and ends one turn later; the margin covers the
 // claim itself. A killed process's rows wait it out.
+//
+// It is at most maxLease (a huge Timeout would overflow it): rows whose
+// turn would come later are given back unstarted (runLane).
 func (d *Deliverer) claimLease(busy int) time.Duration {
 	turns := (busy + d.o.Batch + d.o.Workers - 1) / d.o.Workers
-	return time.Duration(turns)*(d.o.Timeout+recordTimeout) + 10*time.Second
+	turn := d.o.Timeout + recordTimeout
+	if turn > (maxLease-10*time.Second)/time.Duration(turns) {
+		return maxLease
+	}
+	return time.Duration(turns)*turn + 10*time.Second
 }
+
+// maxLease bounds a claim's lease.
+const maxLease = 24 * time.Hour
 
 // giveBack returns rows claimed and never started (ReleaseOutbox): due
 // again at once, for this process or another, with no attempt counted.
@@ -384,8 +394,12 @@ func (d *Deliverer) RunOnce(ctx context.Context) int {
 			claimedRows.Add(int64(len(q.rows)))
 			sem := make(chan struct{}, d.o.Workers)
 			var each sync.WaitGroup
-			for _, m := range q.rows {
+			for i, m := range q.rows {
 				sem <- struct{}{}
+				if ctx.Err() != nil { // stopped: the rest go back unattempted
+					d.giveBack(q.rows[i:])
+					break
+				}
 				each.Go(func() {
 					defer func() { <-sem }()
 					d.handle(ctx, m)
@@ -400,16 +414,23 @@ func (d *Deliverer) RunOnce(ctx context.Context) int {
 
 // handle delivers one row and records the outcome under its lease.
 func (d *Deliverer) handle(ctx context.Context, m session.OutboxMessage) {
-	// Answers are written even when ctx ends: the row's lease would hold
-	// it for nothing.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
+	// Answers are written even when ctx ends (the row's lease would hold
+	// it for nothing), within recordTimeout from when the attempt ended: an
+	// attempt takes Timeout, then its recording recordTimeout, as the
+	// leases count (claimLease).
+	record := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	}
 	e, ok := d.endpoints[m.Target]
 	if !ok {
+		actx, cancel := record()
+		defer cancel()
 		d.deadLetter(actx, m, "no endpoint configured for this row any more")
 		return
 	}
 	err := d.deliver(ctx, e, m)
+	actx, cancel := record()
+	defer cancel()
 	if err == nil {
 		d.delivered.Add(1)
 		if aerr := d.o.Store.AckOutbox(actx, m, d.o.Now()); aerr != nil {

@@ -308,6 +308,10 @@ func (s *Store) runBatch(ops []*op) {
 		for name := range b.gates {
 			delete(s.lb, name)
 		}
+		// A lost transaction's id may be used again after the crash: the
+		// versions (xmin) the writer cached events under may name other
+		// rows now.
+		clear(s.heldEvents)
 		return
 	}
 	for name, g := range b.gates {
