@@ -40,7 +40,9 @@ func apiError(code session.Code, message string) error {
 }
 
 // errorDetail turns any error into the code and message a client sees.
-// Internal errors are not described beyond their code.
+// Internal errors are not described beyond their code, nor is the cause
+// of an unavailable store (the database's path or host, a driver's
+// words): the log has them (errorAnswered).
 func errorDetail(err error) wire.ErrorDetail {
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
@@ -66,7 +68,11 @@ func errorDetail(err error) wire.ErrorDetail {
 	code := session.CodeOf(err)
 	msg := "internal error"
 	var se *session.Error
-	if errors.As(err, &se) && code != session.CodeInternal {
+	switch {
+	case !errors.As(err, &se) || code == session.CodeInternal:
+	case code == session.CodeUnavailable && se.Err != nil:
+		msg = session.ErrUnavailable.Message
+	default:
 		msg = se.Message
 	}
 	return wire.ErrorDetail{Code: code, Message: msg}
