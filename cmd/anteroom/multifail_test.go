@@ -443,14 +443,7 @@ func TestInstancesFollowAPostgresRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server of its own, three sidecars, and crashes the server")
 	}
-	srv, err := pgtest.Start()
-	if err != nil {
-		pgtest.Shared(t) // skips or fails as the shared server would
-		require.NoError(t, err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	_, url, err := srv.CreateDatabase(context.Background())
-	require.NoError(t, err)
+	srv, url := pgtest.Own(t)
 	bin := multiBinary(t)
 	seed := crashSeed(t)
 	procs := make([]*crashProc, 3)

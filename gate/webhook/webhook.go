@@ -286,9 +286,13 @@ func (d *Deliverer) runLane(ctx context.Context, l *lane) {
 	}()
 	idle := make(chan struct{}, d.o.Workers)
 	busy, more := 0, true
-	half := (d.o.Workers + 1) / 2
+	// A claim when the queue is empty, rows may be due and half the
+	// workers are idle.
+	claimNow := func() bool {
+		return len(q.rows) == 0 && more && d.o.Workers-busy >= (d.o.Workers+1)/2 && ctx.Err() == nil
+	}
 	for {
-		if len(q.rows) == 0 && more && d.o.Workers-busy >= half && ctx.Err() == nil {
+		if claimNow() {
 			q = d.claim(ctx, l.which, busy)
 			more = len(q.rows) == d.o.Batch
 		}
@@ -312,7 +316,7 @@ func (d *Deliverer) runLane(ctx context.Context, l *lane) {
 				}
 			})
 		}
-		if len(q.rows) == 0 && more && d.o.Workers-busy >= half && ctx.Err() == nil {
+		if claimNow() {
 			continue // the last claim came back full: there may be more due
 		}
 		select {

@@ -28,15 +28,8 @@ func TestALostCommitKeepsTheFirstWaiterFirst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server of its own and crashes it")
 	}
-	srv, err := pgtest.Start()
-	if err != nil {
-		pgtest.Shared(t) // skips or fails as the shared server would
-		require.NoError(t, err)
-	}
-	defer srv.Close()
+	_, url := pgtest.Own(t)
 	ctx := context.Background()
-	_, url, err := srv.CreateDatabase(ctx)
-	require.NoError(t, err)
 	s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler), ReconnectDelay: 50 * time.Millisecond})
 	require.NoError(t, err)
 	defer s.Close()

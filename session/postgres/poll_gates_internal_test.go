@@ -279,15 +279,8 @@ func TestPollSurvivesServerRestarts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server of its own and kills it")
 	}
-	srv, err := pgtest.Start()
-	if err != nil {
-		pgtest.Shared(t) // skips or fails as the shared server would
-		require.NoError(t, err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
+	srv, url := pgtest.Own(t)
 	ctx := context.Background()
-	_, url, err := srv.CreateDatabase(ctx)
-	require.NoError(t, err)
 	opts := Options{FollowPoll: time.Millisecond, ReconnectDelay: 20 * time.Millisecond}
 	a, b := openAsync(t, url, opts), openAsync(t, url, opts)
 	wa, wb := waitlistOn(t, a), waitlistOn(t, b)

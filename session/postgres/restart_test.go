@@ -25,15 +25,8 @@ func TestServerRestartUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server of its own and crashes it")
 	}
-	srv, err := pgtest.Start()
-	if err != nil {
-		pgtest.Shared(t) // skips or fails as the shared server would
-		require.NoError(t, err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
+	srv, url := pgtest.Own(t)
 	ctx := context.Background()
-	_, url, err := srv.CreateDatabase(ctx)
-	require.NoError(t, err)
 
 	const limit = 20
 	cfg := sessiontest.GateConfig(multiGate, limit)
@@ -49,6 +42,7 @@ func TestServerRestartUnderLoad(t *testing.T) {
 		st := open(t, url, opts)
 		t.Cleanup(func() { _ = st.Close() })
 		in := &inst{store: st, pub: &recorder{}}
+		var err error
 		in.wl, err = session.New(ctx, st, []session.GateConfig{cfg}, session.Options{Publisher: in.pub, TouchInterval: -1, Ready: st.Ready, Logger: quiet.Logger})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = in.wl.Close() })

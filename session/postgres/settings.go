@@ -87,6 +87,16 @@ func toStored(c session.GateConfig) storedSettings {
 	}
 }
 
+// decodeSettings is the gate's configuration a settings row's JSON holds.
+// Errors: the JSON's, or the configuration's when it does not validate.
+func decodeSettings(gate string, raw []byte) (session.GateConfig, error) {
+	var st storedSettings
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return session.GateConfig{}, fmt.Errorf("postgres: settings of gate %q: %w", gate, err)
+	}
+	return st.config(gate)
+}
+
 // config is the gate's configuration a row holds, or an error when it does
 // not validate.
 func (st storedSettings) config(gate string) (session.GateConfig, error) {
@@ -122,13 +132,9 @@ func (s *Store) allSettings(ctx context.Context) (map[string]session.GateConfig,
 		if err := rows.Scan(&gate, &raw); err != nil {
 			return nil, storageErr("read settings", err)
 		}
-		var st storedSettings
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return nil, session.Errorf(session.CodeInternal, "postgres: settings of gate %q: %w", gate, err)
-		}
-		c, err := st.config(gate)
+		c, err := decodeSettings(gate, raw)
 		if err != nil {
-			return nil, err
+			return nil, session.Errorf(session.CodeInternal, "%w", err)
 		}
 		out[gate] = c
 	}

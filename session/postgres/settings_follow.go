@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -165,11 +164,7 @@ func readSettings(ctx context.Context, q pgx.Tx, gate string) (*session.GateConf
 	if err != nil {
 		return nil, fmt.Errorf("read settings: %w", err)
 	}
-	var st storedSettings
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, fmt.Errorf("%w: settings of gate %q: %w", errBadSettings, gate, err)
-	}
-	cfg, err := st.config(gate)
+	cfg, err := decodeSettings(gate, raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadSettings, err)
 	}

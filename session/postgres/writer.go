@@ -1435,12 +1435,8 @@ func (s *Store) fetchHeldEvents(ctx context.Context, b *batch, stale []eventVers
 		}
 		s.heldEvents[v.gate][v.id] = h
 	}
-	for name, evs := range s.heldEvents {
-		g := b.gates[name]
-		if g == nil {
-			continue
-		}
-		for _, h := range evs {
+	for name, g := range b.gates {
+		for _, h := range s.heldEvents[name] {
 			if h.ev == nil {
 				g.held, g.damagedEvents = nil, true
 				continue
@@ -1465,15 +1461,10 @@ func (s *Store) heldConfig(gate string, raw []byte) *session.GateConfig {
 		return h.cfg
 	}
 	h := heldSettings{raw: string(raw)}
-	var st storedSettings
-	err := json.Unmarshal(raw, &st)
+	cfg, err := decodeSettings(gate, raw)
 	if err == nil {
-		var cfg session.GateConfig
-		if cfg, err = st.config(gate); err == nil {
-			h.cfg = &cfg
-		}
-	}
-	if err != nil {
+		h.cfg = &cfg
+	} else {
 		s.log.Warn("anteroom: a gate's stored runtime settings are damaged; deciding with the instance's own", "gate", gate, "err", err)
 	}
 	s.held[gate] = h

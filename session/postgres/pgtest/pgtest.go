@@ -370,6 +370,29 @@ func Shared(tb testing.TB) *Server {
 	return shared.srv
 }
 
+// Own starts a server of tb's own, one tb may stop, kill or crash, closed
+// when tb ends, and returns it with the URL of a fresh database on it.
+// Without binaries it skips or fails tb as Shared does; on any other start
+// failure it fails tb.
+func Own(tb testing.TB) (*Server, string) {
+	tb.Helper()
+	srv, err := Start()
+	if err != nil {
+		Shared(tb) // skips or fails as the shared server would
+		tb.Fatalf("%v", err)
+	}
+	tb.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			tb.Logf("pgtest: %v", err)
+		}
+	})
+	_, url, err := srv.CreateDatabase(context.Background())
+	if err != nil {
+		tb.Fatalf("%v\n%s", err, srv.Log())
+	}
+	return srv, url
+}
+
 // DB creates a fresh database on the shared server for tb, dropped when tb
 // ends, and returns its URL. It skips or fails tb as Shared does.
 func DB(tb testing.TB) string {
