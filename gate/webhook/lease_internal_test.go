@@ -26,7 +26,7 @@ func TestClaimLeaseCoversEveryTurn(t *testing.T) {
 		d := &Deliverer{o: Options{Batch: tc.batch, Workers: tc.workers, Timeout: tc.timeout}}
 		turns := (tc.busy + tc.batch + tc.workers - 1) / tc.workers
 		need := time.Duration(turns) * (tc.timeout + recordTimeout)
-		assert.Greater(t, d.claimLease(tc.busy), need, "batch %d, workers %d, busy %d", tc.batch, tc.workers, tc.busy)
+		assert.Greater(t, d.claimLease(tc.busy, tc.batch), need, "batch %d, workers %d, busy %d", tc.batch, tc.workers, tc.busy)
 	}
 }
 
@@ -34,5 +34,5 @@ func TestClaimLeaseCoversEveryTurn(t *testing.T) {
 // store refuses, so nothing would ever be claimed): it is capped.
 func TestClaimLeaseIsCapped(t *testing.T) {
 	d := &Deliverer{o: Options{Batch: 1000, Workers: 1, Timeout: 1 << 50}}
-	assert.Equal(t, maxLease, d.claimLease(3))
+	assert.Equal(t, maxLease, d.claimLease(3, 1000))
 }

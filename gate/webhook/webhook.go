@@ -246,12 +246,12 @@ func (d *Deliverer) Stats() Stats {
 // receiver's rows, such as the claim links of called-back sessions. One
 // more lane dead-letters the rows of endpoints no longer configured.
 //
-// A lane claims up to Batch rows in one transaction whenever its queue is
-// empty and half its workers are idle, so that one slow attempt does not
-// hold back the rows that come meanwhile. The claim's lease covers every
-// row's turn (claimLease); a row whose lease would end before its attempt
-// could is given back unstarted, so no other instance of a shared store
-// sends a row while this one may.
+// A lane claims, in one transaction, as many rows as it has idle workers
+// (up to Batch), once half its workers are idle, and starts them all at
+// once: one slow attempt does not hold back the rows that come meanwhile,
+// and a claim's lease need only cover one attempt and the recording of its
+// answer (claimLease), so no other instance of a shared store sends a row
+// while this one may, and a killed process's rows wait out no more.
 func (d *Deliverer) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, l := range d.lanes {
@@ -269,55 +269,39 @@ type lane struct {
 // recordTimeout bounds the recording of an attempt's answer (handle).
 const recordTimeout = 5 * time.Second
 
-// claimed is a lane's queue: rows claimed together, not started yet.
-type claimed struct {
-	rows  []session.OutboxMessage
-	until time.Time // their lease's end
-}
-
 func (d *Deliverer) runLane(ctx context.Context, l *lane) {
 	t := time.NewTicker(d.o.Poll)
 	defer t.Stop()
 	var wg sync.WaitGroup
-	var q claimed
-	defer func() {
-		wg.Wait()
-		d.giveBack(q.rows)
-	}()
+	defer wg.Wait()
 	idle := make(chan struct{}, d.o.Workers)
 	busy, more := 0, true
-	// A claim when the queue is empty, rows may be due and half the
-	// workers are idle.
+	// A claim when rows may be due and half the workers are idle.
 	claimNow := func() bool {
-		return len(q.rows) == 0 && more && d.o.Workers-busy >= (d.o.Workers+1)/2 && ctx.Err() == nil
+		return more && d.o.Workers-busy >= (d.o.Workers+1)/2 && ctx.Err() == nil
 	}
 	for {
 		if claimNow() {
-			q = d.claim(ctx, l.which, busy)
-			more = len(q.rows) == d.o.Batch
-		}
-		for len(q.rows) > 0 && busy < d.o.Workers && ctx.Err() == nil {
-			m := q.rows[0]
-			q.rows = q.rows[1:]
-			if d.o.Now().Add(d.o.Timeout + recordTimeout).After(q.until) {
-				d.giveBack([]session.OutboxMessage{m}) // its lease would end mid-attempt
-				continue
+			n := min(d.o.Workers-busy, d.o.Batch)
+			msgs := d.claim(ctx, l.which, n, d.claimLease(busy, n))
+			more = len(msgs) == n
+			for _, m := range msgs {
+				busy++
+				wg.Go(func() {
+					if ctx.Err() != nil { // stopped: back unattempted
+						d.giveBack([]session.OutboxMessage{m})
+					} else {
+						d.handle(ctx, m)
+					}
+					select {
+					case idle <- struct{}{}:
+					case <-ctx.Done(): // the loop has stopped counting
+					}
+				})
 			}
-			busy++
-			wg.Go(func() {
-				if ctx.Err() != nil {
-					d.giveBack([]session.OutboxMessage{m})
-				} else {
-					d.handle(ctx, m)
-				}
-				select {
-				case idle <- struct{}{}:
-				case <-ctx.Done(): // the loop has stopped counting
-				}
-			})
-		}
-		if claimNow() {
-			continue // the last claim came back full: there may be more due
+			if claimNow() {
+				continue // the claim came back full: there may be more due
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -332,32 +316,29 @@ func (d *Deliverer) runLane(ctx context.Context, l *lane) {
 	}
 }
 
-// claim leases up to Batch due rows of which, for as long as their turns
-// take behind the busy attempts (claimLease); a failure is logged and
-// claims nothing.
-func (d *Deliverer) claim(ctx context.Context, which session.OutboxTargets, busy int) claimed {
-	now := d.o.Now()
-	lease := d.claimLease(busy)
-	msgs, err := d.o.Store.ClaimOutbox(ctx, which, now, lease, d.o.Batch)
+// claim leases up to n due rows of which for lease; a failure is logged
+// and claims nothing.
+func (d *Deliverer) claim(ctx context.Context, which session.OutboxTargets, n int, lease time.Duration) []session.OutboxMessage {
+	msgs, err := d.o.Store.ClaimOutbox(ctx, which, d.o.Now(), lease, n)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.o.Logger.Warn("anteroom: webhook outbox: claim failed", "err", err)
 		}
-		return claimed{}
+		return nil
 	}
-	return claimed{rows: msgs, until: now.Add(lease)}
+	return msgs
 }
 
-// claimLease is how long a claim of Batch rows holds them while busy
-// attempts run: the last row starts after at most ⌈(busy+Batch)/Workers⌉−1
-// turns of a worker, each an attempt (Timeout) and the recording of its
-// answer (recordTimeout), and ends one turn later; the margin covers the
-// claim itself. A killed process's rows wait it out.
-//
-// It is at most maxLease (a huge Timeout would overflow it): rows whose
-// turn would come later are given back unstarted (runLane).
-func (d *Deliverer) claimLease(busy int) time.Duration {
-	turns := (busy + d.o.Batch + d.o.Workers - 1) / d.o.Workers
+// claimLease is how long a claim of n rows holds them while busy attempts
+// run on the lane's Workers: the last row starts after at most
+// ⌈(busy+n)/Workers⌉−1 turns of a worker, each an attempt (Timeout) and
+// the recording of its answer (recordTimeout), and ends one turn later;
+// the margin covers the claim itself. Run claims only for idle workers,
+// so its claims hold one turn; RunOnce's a turn per Workers rows. A killed
+// process's rows wait it out. It is at most maxLease (a huge Timeout would
+// overflow it).
+func (d *Deliverer) claimLease(busy, n int) time.Duration {
+	turns := (busy + n + d.o.Workers - 1) / d.o.Workers
 	turn := d.o.Timeout + recordTimeout
 	if turn > (maxLease-10*time.Second)/time.Duration(turns) {
 		return maxLease
@@ -388,20 +369,20 @@ func (d *Deliverer) giveBack(rows []session.OutboxMessage) {
 // RunOnce claims one batch of every lane (up to Batch rows each), delivers
 // them Workers at a time per lane, the lanes side by side, records each
 // outcome and returns how many rows it claimed: Run's work done once, by
-// hand.
+// hand (its lease covers every turn of the batch).
 func (d *Deliverer) RunOnce(ctx context.Context) int {
 	var claimedRows atomic.Int64
 	var wg sync.WaitGroup
 	for _, l := range d.lanes {
 		wg.Go(func() {
-			q := d.claim(ctx, l.which, 0)
-			claimedRows.Add(int64(len(q.rows)))
+			rows := d.claim(ctx, l.which, d.o.Batch, d.claimLease(0, d.o.Batch))
+			claimedRows.Add(int64(len(rows)))
 			sem := make(chan struct{}, d.o.Workers)
 			var each sync.WaitGroup
-			for i, m := range q.rows {
+			for i, m := range rows {
 				sem <- struct{}{}
 				if ctx.Err() != nil { // stopped: the rest go back unattempted
-					d.giveBack(q.rows[i:])
+					d.giveBack(rows[i:])
 					break
 				}
 				each.Go(func() {
