@@ -17,55 +17,84 @@ import (
 // The SQL of the writer. Every statement is prepared once on the writer
 // connection at Open.
 const (
-	sqlSelectGate = `SELECT next_position, active, waiting, pace_tokens, pace_at FROM gates WHERE name = ?`
+	sqlSelectGate = `SELECT next_position, active, waiting, pace_tokens, pace_at, purged_seen, purged_position FROM gates WHERE name = ?`
 	sqlInsertGate = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
-	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ? WHERE name = ?`
+	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ?, purged_seen = ?, purged_position = ? WHERE name = ?`
+	// A waiting row is live unless the update purged it (migrations/0011):
+	// not to be called back, and its (last_active, position) below the
+	// gate's purge mark. The purged rows wait for the cleaner, and every
+	// statement that reads waiting rows leaves them out with this
+	// condition: the writer's statements with the mark it holds (?mark:
+	// two parameters), which runs ahead of the stored one inside a
+	// transaction; the others with the mark as stored, in their snapshot.
+	//
 	// The first waiting position is sought from a lower bound the writer
 	// keeps (every active position is below every waiting one, so without it
 	// the search would step over the whole active set); the last, from the
 	// end of the gate's range.
-	sqlBounds       = `SELECT (SELECT position FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT 1), (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 ORDER BY position DESC LIMIT 1)`
-	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ? AND position = ? AND id = ?`
-	sqlRowExists    = `SELECT 1 FROM sessions WHERE gate = ? AND position = ?`
+	sqlBounds = `SELECT (SELECT position FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 AND ` + liveWaiter3 + ` ORDER BY position LIMIT 1), ` +
+		`(SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND ` + liveWaiter3 + ` ORDER BY position DESC LIMIT 1)`
+	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position = ?2 AND id = ?3 AND ` + liveStored
+	sqlRowExists    = `SELECT 1 FROM sessions WHERE gate = ?1 AND position = ?2 AND ` + liveStored
 	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ?, claim_deadline = ?, notify = ? WHERE gate = ? AND position = ?`
 	sqlDeleteRow    = `DELETE FROM sessions WHERE gate = ? AND position = ?`
-	sqlFirstWaiters = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 ORDER BY position LIMIT ?3`
+	sqlFirstWaiters = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 AND ` + liveWaiter4 + ` ORDER BY position LIMIT ?3`
 	// The purges select exactly the rows session.StaleReason calls stale,
 	// with the cutoffs of session.StaleCutoffs: a waiter last seen before
-	// ?2 and not to be called back; an active session last seen before ?2
-	// (unless called back and still unclaimed), or unclaimed past its
-	// deadline at ?4. A row without last_active (written before 0003) is
-	// last seen at its creation.
+	// the cutoff and not to be called back; an active session last seen
+	// before ?2 (unless called back and still unclaimed), or unclaimed past
+	// its deadline at ?4. A row without last_active (written before 0003)
+	// is last seen at its creation.
 	//
 	// Each branch is a range of an index on when the rows expire
-	// (migrations/0009): sessions_last_active for the last sign of life,
+	// (migrations/0009, 0011): sessions_seen for the last sign of life,
 	// sessions_unseen for rows without one, sessions_claim for claim
 	// deadlines. No branch sweeps the gate: the cost follows what is stale.
 	// The branches are disjoint (UNION ALL, no sort): the claim branch
-	// leaves out the rows the first two select.
-	sqlPurgeWaiting = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
-		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active < ?2 ` +
-		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2` +
-		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
+	// leaves out the rows the first ones select.
+	//
+	// sqlStaleSeen reads the waiters the update purges by raising the mark
+	// (migrations/0011), from the mark (?2, ?3) up to the cutoff ?4, in the
+	// mark's order, from the index alone: it holds all a purge reports.
+	sqlStaleSeen = `SELECT position, id, last_active, created_at, lane FROM sessions INDEXED BY sessions_seen ` +
+		`WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
+		`ORDER BY last_active, position LIMIT ?5`
+	sqlPurgeUnseen = `DELETE FROM sessions WHERE gate = ?1 AND position IN (` +
+		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 LIMIT ?3` +
+		`) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
 	sqlPurgeActive = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
-		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
+		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active < ?2 ` +
+		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND last_active < ?2 AND claim_deadline IS NULL ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1)` +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
+	// sqlCleanPurged deletes up to ?2 rows the update purged (below the
+	// stored mark): the cleaner's statement, and Open's.
+	sqlCleanPurged = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions INDEXED BY sessions_seen ` +
+		`WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) < (SELECT purged_seen, purged_position FROM gates WHERE name = ?1) LIMIT ?2)`
 	// The active set: the rows below the first waiting position (?2), and
 	// above it only active sessions of the priority lane (promoted ahead
 	// of the normal lane; index sessions_priority_active, migrations/0010),
 	// so the long line is not read.
 	sqlActive = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position < ?2 AND status = 1 ` +
 		`UNION ALL SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions INDEXED BY sessions_priority_active WHERE gate = ?1 AND position >= ?2 AND status = 1 AND lane = 1 ORDER BY position`
-	sqlWaitingPos = `SELECT position FROM sessions WHERE gate = ? AND status = 0 ORDER BY position`
+	sqlWaitingPos = `SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND ` + liveWaiter2 + ` ORDER BY position`
 	sqlKeys       = `SELECT gate, position, id FROM sessions`
 	sqlIDAt       = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
 	sqlSelectMeta = `SELECT value FROM meta WHERE key = ?`
 	sqlInsertMeta = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
 	sqlDeleteMeta = `DELETE FROM meta WHERE key = ?`
-	sqlAllRows    = `SELECT id, position, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?`
+	sqlAllRows    = `SELECT id, position, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND ` + liveStored
+)
+
+// The condition of a live row (see sqlBounds), for a waiting row: with the
+// mark as parameters ?N and ?N+1 (liveWaiterN), or as stored (liveStored).
+const (
+	liveWaiter2 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?2, ?3))`
+	liveWaiter3 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?3, ?4))`
+	liveWaiter4 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?4, ?5))`
+	liveStored  = `(status = 1 OR notify = 1 OR last_active IS NULL OR (last_active, position) >= (SELECT purged_seen, purged_position FROM gates WHERE name = ?1))`
 )
 
 // stmt is a statement prepared on the writer's driver connection.
@@ -94,7 +123,8 @@ type wconn struct {
 
 	selectGate, insertGate, updateGate, bounds  *stmt
 	selectRow, rowExists, insertRow, updateRow  *stmt
-	deleteRow, firstWaiters, purgeWaiting       *stmt
+	deleteRow, firstWaiters, staleSeen          *stmt
+	purgeUnseen, cleanPurged                    *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
 	selectMeta, insertMeta, deleteMeta          *stmt
 	allSettings                                 *stmt
@@ -115,7 +145,8 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
 		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
-		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.purgeWaiting, sqlPurgeWaiting},
+		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen},
+		{&w.purgeUnseen, sqlPurgeUnseen}, {&w.cleanPurged, sqlCleanPurged},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
 		{&w.allSettings, sqlAllSettings},
@@ -156,7 +187,7 @@ func (w *wconn) close() error {
 		w.begin, w.commit, w.rollback,
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
-		w.deleteRow, w.firstWaiters, w.purgeWaiting,
+		w.deleteRow, w.firstWaiters, w.staleSeen, w.purgeUnseen, w.cleanPurged,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.allSettings,

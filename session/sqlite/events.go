@@ -229,7 +229,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 		}
 		next, ch, startDue := session.DecidePrequeue(*stored, e.c, now)
 		if startDue {
-			rows, err := s.wc.query(s.wc.firstWaiters, gate, next.FirstPosition, int64(math.MaxInt64))
+			rows, err := s.wc.query(s.wc.firstWaiters, gate, next.FirstPosition, int64(math.MaxInt64), e.mark.seen, e.mark.pos)
 			if err != nil {
 				return fmt.Errorf("read the pre-queue: %w", err)
 			}
@@ -281,6 +281,7 @@ func (s *Store) moveSessions(b *batch, e *gateEntry, waiters []session.Session, 
 			return fmt.Errorf("move session: %w", err)
 		}
 		w.Position = to
+		keepLive(e, &w) // its new position may fall below the mark
 		moved = append(moved, w)
 	}
 	for _, w := range moved {

@@ -12,9 +12,10 @@ import (
 )
 
 // The update finds stale sessions through indexes on their expiry
-// (migrations/0009), never by sweeping the gate's rows: its cost follows
-// what is stale, not the length of the line (issue 14). Also the start-up
-// statements read what they need without a sort.
+// (migrations/0009, 0011), never by sweeping the gate's rows: its cost
+// follows what is stale, not the length of the line (issue 14). The
+// cleaner finds purged rows the same way, and the statements that leave
+// purged rows out still walk the line in position order, without a sort.
 func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p.db")
 	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
@@ -23,8 +24,19 @@ func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 	db, err := sqlOpen(path)
 	require.NoError(t, err)
 	defer db.Close()
-	for name, q := range map[string]string{"purge waiting": sqlPurgeWaiting, "purge active": sqlPurgeActive} {
-		rows, err := db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, "default", 1, 10, 1)
+	for _, tc := range []struct {
+		name, q, index string
+		args           []any
+	}{
+		{"purge waiting (the mark)", sqlStaleSeen, "sessions_seen", []any{"default", 1, 2, 3, 10}},
+		{"purge waiting without a sign of life", sqlPurgeUnseen, "sessions_unseen", []any{"default", 1, 10}},
+		{"purge active", sqlPurgeActive, "sessions_seen", []any{"default", 1, 10, 1}},
+		{"delete purged rows", sqlCleanPurged, "sessions_seen", []any{"default", 10}},
+		{"first waiters", sqlFirstWaiters, "PRIMARY KEY", []any{"default", 1, 10, 1, 2}},
+		{"waiting bounds", sqlBounds, "PRIMARY KEY", []any{"default", 1, 1, 2}},
+		{"waiting positions", sqlWaitingPos, "PRIMARY KEY", []any{"default", 1, 2}},
+	} {
+		rows, err := db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+tc.q, tc.args...)
 		require.NoError(t, err)
 		var plan []string
 		for rows.Next() {
@@ -36,9 +48,11 @@ func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 		require.NoError(t, rows.Err())
 		rows.Close()
 		joined := strings.Join(plan, "\n")
-		assert.NotContains(t, joined, "SCAN sessions", "%s sweeps the table:\n%s", name, joined)
-		assert.NotContains(t, joined, "TEMP B-TREE", "%s sorts:\n%s", name, joined)
-		assert.Contains(t, joined, "sessions_last_active", name)
+		assert.NotContains(t, joined, "TEMP B-TREE", "%s sorts:\n%s", tc.name, joined)
+		assert.Contains(t, joined, tc.index, "%s:\n%s", tc.name, joined)
+		if tc.index != "PRIMARY KEY" {
+			assert.NotContains(t, joined, "SCAN sessions", "%s sweeps the table:\n%s", tc.name, joined)
+		}
 	}
 }
 
@@ -57,8 +71,8 @@ func TestPriorityStatementsSearchTheirIndexes(t *testing.T) {
 		name, q, index string
 		args           []any
 	}{
-		{"first priority waiters", sqlFirstPriority, "sessions_priority", []any{"default", 10}},
-		{"priority positions", sqlPriorityPos, "sessions_priority", []any{"default"}},
+		{"first priority waiters", sqlFirstPriority, "sessions_priority", []any{"default", 10, 1, 2}},
+		{"priority positions", sqlPriorityPos, "sessions_priority", []any{"default", 1, 2}},
 		{"active set", sqlActive, "sessions_priority_active", []any{"default", 100}},
 	} {
 		rows, err := db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+tc.q, tc.args...)

@@ -24,16 +24,18 @@ func (s *Store) gate(b *batch, name string) (*gateEntry, error) {
 	}
 	if e == nil {
 		e = &gateEntry{name: name}
-		var dest [5]driver.Value
+		var dest [7]driver.Value
 		found, err := s.wc.queryRow(s.wc.selectGate, dest[:], name)
 		switch {
 		case err != nil:
 		case found:
 			e.c = session.Counters{NextPosition: asInt(dest[0]), Active: asInt(dest[1]), Waiting: asInt(dest[2])}
 			e.pace = paceOf(dest[3], dest[4])
+			e.mark = purgeMark{asInt(dest[5]), asInt(dest[6])}
 		default:
 			if _, err = s.wc.exec(s.wc.insertGate, name); err == nil {
 				e.c = session.Counters{NextPosition: 1}
+				e.mark = noMark
 			}
 		}
 		if err != nil {
@@ -72,7 +74,7 @@ func (s *Store) finish(b *batch) (map[string]session.GateState, error) {
 		if e.save {
 			e.save = false
 			tokens, at := paceRow(e.pace)
-			if _, err := s.wc.exec(s.wc.updateGate, e.c.NextPosition, e.c.Active, e.c.Waiting, tokens, at, e.name); err != nil {
+			if _, err := s.wc.exec(s.wc.updateGate, e.c.NextPosition, e.c.Active, e.c.Waiting, tokens, at, e.mark.seen, e.mark.pos, e.name); err != nil {
 				return nil, fmt.Errorf("save gate %q: %w", e.name, err)
 			}
 		}
@@ -104,7 +106,7 @@ func (s *Store) state(e *gateEntry) (session.GateState, error) {
 		return st, nil
 	}
 	var dest [2]driver.Value
-	if _, err := s.wc.queryRow(s.wc.bounds, dest[:], e.name, e.lb); err != nil {
+	if _, err := s.wc.queryRow(s.wc.bounds, dest[:], e.name, e.lb, e.mark.seen, e.mark.pos); err != nil {
 		return st, fmt.Errorf("waiting bounds of gate %q: %w", e.name, err)
 	}
 	first, last := asNullInt(dest[0]), asNullInt(dest[1])
@@ -148,6 +150,7 @@ func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 // adds its delta to the gate's counters.
 func (s *Store) write(e *gateEntry, out session.Outcome, sl slot) error {
 	r := &out.Session
+	keepLive(e, r)
 	var err error
 	switch out.Action {
 	case session.ActionNone:
@@ -174,6 +177,20 @@ func (s *Store) write(e *gateEntry, out session.Outcome, sl slot) error {
 		e.save = true
 	}
 	return nil
+}
+
+// keepLive keeps a waiter that is written live: a last sign of life that a
+// clock set back dates below the gate's purge mark would purge the row
+// without a word (nothing counted out, nothing reported), so it is recorded
+// at the mark instead, one nanosecond above it. Such a waiter is stale at
+// the next update all the same, and purged there as any other.
+func keepLive(e *gateEntry, r *session.Session) {
+	if r.Status != session.StatusWaiting || r.Notify || r.LastActive.IsZero() {
+		return
+	}
+	if e.mark.covers(r.LastActive.UnixNano(), r.Position) {
+		r.LastActive = fromNanos(e.mark.seen + 1)
+	}
 }
 
 func (b *batch) event(kind session.EventKind, s session.Session) {
@@ -295,7 +312,7 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 	if err != nil || done == n {
 		return done, err
 	}
-	rows, err := s.wc.query(s.wc.firstWaiters, e.name, e.lb, n-done)
+	rows, err := s.wc.query(s.wc.firstWaiters, e.name, e.lb, n-done, e.mark.seen, e.mark.pos)
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
@@ -410,7 +427,7 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		active, waiting, err := s.loadRows(name, st)
+		active, waiting, err := s.loadRows(name, e.mark, st)
 		if err != nil {
 			return err
 		}
@@ -418,7 +435,7 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		if snap.Events, err = s.eventsOf(name); err != nil {
 			return err
 		}
-		if snap.PriorityWaiting, err = s.priorityPositions(name); err != nil {
+		if snap.PriorityWaiting, err = s.priorityPositions(name, e.mark); err != nil {
 			return err
 		}
 		if c, ok := settings[name]; ok {
@@ -454,9 +471,10 @@ func (s *Store) applySecret(o *op) error {
 	return nil
 }
 
-// waitingPositions reads the positions of the gate's waiters, ascending.
-func (s *Store) waitingPositions(gate string, hint int64) ([]int64, error) {
-	rows, err := s.wc.query(s.wc.waitingPos, gate)
+// waitingPositions reads the positions of the gate's live waiters,
+// ascending, below the purge mark m.
+func (s *Store) waitingPositions(gate string, m purgeMark, hint int64) ([]int64, error) {
+	rows, err := s.wc.query(s.wc.waitingPos, gate, m.seen, m.pos)
 	if err != nil {
 		return nil, fmt.Errorf("read waiting positions: %w", err)
 	}

@@ -20,8 +20,9 @@ const (
 	// INDEXED BY: without it SQLite walks the primary key (gate, position)
 	// to skip the sort, stepping over the whole normal lane at each
 	// promotion (5 s of an update at 1M sessions).
-	sqlFirstPriority = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions INDEXED BY sessions_priority WHERE gate = ?1 AND status = 0 AND lane = 1 ORDER BY position LIMIT ?2`
-	sqlPriorityPos   = `SELECT position FROM sessions WHERE gate = ? AND status = 0 AND lane = 1 ORDER BY position`
+	// Both leave out the waiters the update purged (sqlBounds).
+	sqlFirstPriority = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions INDEXED BY sessions_priority WHERE gate = ?1 AND status = 0 AND lane = 1 AND ` + liveWaiter3 + ` ORDER BY position LIMIT ?2`
+	sqlPriorityPos   = `SELECT position FROM sessions INDEXED BY sessions_priority WHERE gate = ?1 AND status = 0 AND lane = 1 AND ` + liveWaiter2 + ` ORDER BY position`
 	sqlSelectCode    = `SELECT hint, label, max_uses, used, expires_at, created_at FROM priority_codes WHERE gate = ? AND id = ?`
 	sqlUseCode       = `UPDATE priority_codes SET used = used + 1 WHERE gate = ? AND id = ? AND used < max_uses`
 	sqlInsertCode    = `INSERT INTO priority_codes (gate, id, hint, label, max_uses, used, expires_at, created_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?)`
@@ -136,7 +137,7 @@ func (s *Store) applyCode(e *gateEntry, o *op, out session.Outcome) (session.Out
 // order and returns how many. The gate's lower bound of its first waiter
 // (gateEntry.lb) is left alone: normal waiters below them still wait.
 func (s *Store) promotePriority(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time, below int64) (int64, error) {
-	rows, err := s.wc.query(s.wc.prio.firstPriority, e.name, n)
+	rows, err := s.wc.query(s.wc.prio.firstPriority, e.name, n, e.mark.seen, e.mark.pos)
 	if err != nil {
 		return 0, fmt.Errorf("read priority waiters: %w", err)
 	}
@@ -161,9 +162,9 @@ func (s *Store) promotePriority(b *batch, e *gateEntry, cfg session.GateConfig, 
 }
 
 // priorityPositions reads the positions of the gate's priority lane,
-// ascending; nil when empty.
-func (s *Store) priorityPositions(gate string) ([]int64, error) {
-	rows, err := s.wc.query(s.wc.prio.priorityPos, gate)
+// ascending, that the purge mark m leaves live; nil when empty.
+func (s *Store) priorityPositions(gate string, m purgeMark) ([]int64, error) {
+	rows, err := s.wc.query(s.wc.prio.priorityPos, gate, m.seen, m.pos)
 	if err != nil {
 		return nil, fmt.Errorf("read priority positions: %w", err)
 	}

@@ -66,7 +66,7 @@ type snapGate struct {
 // stopped, what a snapshot holds besides the index: every gate's counters
 // and waiting positions.
 func (s *Store) snapshotGates() ([]snapGate, error) {
-	st, err := prepareOn(s.wc.c, `SELECT name, next_position, active, waiting FROM gates ORDER BY name`)
+	st, err := prepareOn(s.wc.c, `SELECT name, next_position, active, waiting, purged_seen, purged_position FROM gates ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,8 @@ func (s *Store) snapshotGates() ([]snapGate, error) {
 		return nil, err
 	}
 	var out []snapGate
-	var dest [4]driver.Value
+	var marks []purgeMark
+	var dest [6]driver.Value
 	for {
 		err := rows.Next(dest[:])
 		if errors.Is(err, io.EOF) {
@@ -87,13 +88,14 @@ func (s *Store) snapshotGates() ([]snapGate, error) {
 			return nil, err
 		}
 		out = append(out, snapGate{name: asString(dest[0]), scan: gateScan{maxPos: asInt(dest[1]) - 1, active: asInt(dest[2]), waiting: asInt(dest[3])}})
+		marks = append(marks, purgeMark{asInt(dest[4]), asInt(dest[5])})
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err
 	}
 	for i := range out {
 		g := &out[i]
-		if g.scan.waitingPos, err = s.waitingPositions(g.name, g.scan.waiting); err != nil {
+		if g.scan.waitingPos, err = s.waitingPositions(g.name, marks[i], g.scan.waiting); err != nil {
 			return nil, err
 		}
 		if int64(len(g.scan.waitingPos)) != g.scan.waiting {

@@ -190,7 +190,7 @@ func quickCheckAsync(ctx context.Context, dsn, path string) <-chan error {
 // lane's above it: sqlActive) and its
 // waiting positions, which Open's scan found when nothing changed the
 // gate's rows since (once: Load's caller keeps them).
-func (s *Store) loadRows(gate string, st session.GateState) ([]session.Session, []int64, error) {
+func (s *Store) loadRows(gate string, m purgeMark, st session.GateState) ([]session.Session, []int64, error) {
 	rows, err := s.wc.query(s.wc.active, gate, st.FirstWaitingPosition)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read active sessions: %w", err)
@@ -204,7 +204,7 @@ func (s *Store) loadRows(gate string, st session.GateState) ([]session.Session, 
 		return active, sc.waitingPos, nil
 	}
 	delete(s.startScan, gate)
-	waiting, err := s.waitingPositions(gate, st.Waiting)
+	waiting, err := s.waitingPositions(gate, m, st.Waiting)
 	if err != nil {
 		return nil, nil, err
 	}

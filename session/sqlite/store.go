@@ -185,6 +185,7 @@ type Store struct {
 	wc     wconn    // the one writer connection, used only by the writer goroutine
 	ck     *checkpointer
 	idx    *idIndex // (gate, id) -> row; see index.go
+	clean  *cleaner // deletes the rows of purged waiters (clean.go)
 	readDB *sql.DB
 	r      readerStmts
 
@@ -340,6 +341,7 @@ func Open(path string, opts Options) (*Store, error) {
 		recordDone: make(chan struct{}),
 		cache:      make(map[string]*gateEntry),
 		idx:        newIDIndex(),
+		clean:      newCleaner(),
 		hist:       historyState{off: opts.DisableHistory},
 		snap:       snap,
 		snapKey:    snapKey,
@@ -352,6 +354,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	go s.ck.run()
 	go s.run()
+	go s.runCleaner()
 	s.lastRecord = time.Now() // Open recorded the identity
 	go s.recordLoop()
 	return s, nil
@@ -479,6 +482,23 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	}
 	if len(applied) > 0 {
 		s.log.Info("anteroom: database schema migrated", "path", s.path, "applied", applied, "version", SchemaVersion)
+	}
+	// The rows of purged waiters that a process stopped before deleting
+	// (clean.go): gone before anything counts or indexes the rows.
+	cleaned, err := cleanAll(ctx, conn)
+	if err != nil {
+		if checked != nil {
+			if cerr := <-checked; cerr != nil {
+				return cerr
+			}
+		}
+		return err
+	}
+	if cleaned > 0 {
+		s.log.Info("anteroom: deleted the rows of sessions purged before the last stop", "path", s.path, "rows", cleaned)
+		if s.snap != nil {
+			s.snap, s.snapWhy = nil, "purged sessions were deleted at start"
+		}
 	}
 	// One pass over the rows builds the id index and counts them.
 	var scan map[string]*gateScan
@@ -693,6 +713,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		s.updates.Add(-1)
 		s.updating.Add(-1)
 		s.ck.kick() // the checkpointer waited for the update
+		s.cleanStart()
 	}()
 	waitingCutoff, activeCutoff := session.StaleCutoffs(cfg, now)
 	step := updateStep{
@@ -938,6 +959,7 @@ func (s *Store) probe(ctx context.Context, failed *error) error {
 // and releases the lock. It is idempotent and returns the first close error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.clean.halt() // its ops first: the writer answers them
 		s.mu.Lock()
 		s.closed.Store(true)
 		close(s.ops)
@@ -947,6 +969,13 @@ func (s *Store) Close() error {
 		<-s.ck.done
 		close(s.recordStop)
 		<-s.recordDone
+		// What the cleaner left: the next start would do it otherwise,
+		// and read every row for its index instead of the snapshot.
+		if n, cerr := s.cleanRest(); cerr != nil {
+			s.log.Warn("anteroom: deleting purged sessions at close failed; the next start deletes them", "path", s.path, "err", cerr)
+		} else if n > 0 {
+			s.log.Debug("anteroom: purged sessions deleted at close", "path", s.path, "rows", n)
+		}
 		// The last checkpoint: backfill every frame and empty the WAL.
 		var err error
 		if _, _, _, cerr := checkpoint(&s.wc, s.wc.truncate); cerr != nil {

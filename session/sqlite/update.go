@@ -1,7 +1,11 @@
 package sqlite
 
 import (
+	"database/sql/driver"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"time"
 
 	"github.com/anteroomhq/anteroom/session"
@@ -80,18 +84,38 @@ func (s *Store) othersWait(b *batch) bool {
 	return len(s.ops) > 0 || len(b.live) > 1
 }
 
+// The phases of an update, in order.
+const (
+	phasePurgeSeen   = iota // waiters last seen before the cutoff: the purge mark rises over them
+	phasePurgeUnseen        // waiters without a last sign of life (written before 0003), deleted
+	phasePurgeActive        // stale active sessions, deleted
+	phasePromote            // waiters into the freed slots
+)
+
 // updateStep runs one statement of an update's current phase on at most n
 // rows and returns how many rows it touched; the phase moves on when the
 // statement found fewer than n, and st.finished is set once the promotion
 // is done.
 func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int64) (int64, error) {
 	switch st.phase {
-	case 0, 1:
-		what, stmt, cutoff := "purge waiting", s.wc.purgeWaiting, st.waitingCutoff
-		if st.phase == 1 {
-			what, stmt, cutoff = "purge active", s.wc.purgeActive, st.activeCutoff
+	case phasePurgeSeen:
+		did, err := s.purgeSeen(b, e, o, st.waitingCutoff, n)
+		if err != nil {
+			return 0, fmt.Errorf("purge waiting: %w", err)
 		}
-		rows, err := s.wc.query(stmt, e.name, cutoff, n, st.now)
+		st.purgedWaiting += did
+		if did < n {
+			st.phase++
+		}
+		return did, nil
+	case phasePurgeUnseen, phasePurgeActive:
+		what, stmt, cutoff := "purge waiting", s.wc.purgeUnseen, st.waitingCutoff
+		args := []any{e.name, cutoff, n}
+		if st.phase == phasePurgeActive {
+			what, stmt, cutoff = "purge active", s.wc.purgeActive, st.activeCutoff
+			args = []any{e.name, cutoff, n, st.now}
+		}
+		rows, err := s.wc.query(stmt, args...)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", what, err)
 		}
@@ -103,7 +127,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 			return 0, err
 		}
 		did := int64(len(b.rows))
-		if st.phase == 0 {
+		if st.phase == phasePurgeUnseen {
 			st.purgedWaiting += did
 		} else {
 			st.purgedActive += did
@@ -121,6 +145,55 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 	}
 	st.promoted += did
 	st.finished = did == want || did < m
+	return did, nil
+}
+
+// purgeSeen purges up to n of the gate's waiters last seen before cutoff
+// (unix nanoseconds) and not to be called back, without touching their
+// rows (migrations/0011): it reads them from the index sessions_seen, from
+// the gate's purge mark on, accounts for each as a purge (session.DecidePurge,
+// the index, the events), and raises the mark over them, to the cutoff once
+// none is left below it. The cleaner deletes the rows later. It returns
+// how many it purged.
+func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, cutoff, n int64) (int64, error) {
+	if !e.mark.less(purgeMark{cutoff, math.MinInt64}) {
+		return 0, nil // the mark is at the cutoff already (or above: a timeout raised since)
+	}
+	rows, err := s.wc.query(s.wc.staleSeen, e.name, e.mark.seen, e.mark.pos, cutoff, n)
+	if err != nil {
+		return 0, err
+	}
+	b.rows = b.rows[:0]
+	var dest [5]driver.Value
+	for {
+		err := rows.Next(dest[:])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			rows.Close()
+			return 0, err
+		}
+		r := rawRow{position: asInt(dest[0]), id: asString(dest[1]), status: dbWaiting, lastActive: asNullInt(dest[2]), createdAt: asInt(dest[3]), lane: asInt(dest[4])}
+		b.rows = append(b.rows, r.session(e.name))
+	}
+	if err := rows.Close(); err != nil {
+		return 0, err
+	}
+	if err := s.purged(b, e, o); err != nil {
+		return 0, err
+	}
+	did := int64(len(b.rows))
+	next := purgeMark{cutoff, math.MinInt64} // every such waiter below the cutoff is purged
+	if did == n {
+		last := b.rows[did-1]
+		next = purgeMark{last.LastActive.UnixNano(), last.Position + 1}
+	}
+	e.mark = next
+	e.save, e.report = true, true
+	if did > 0 {
+		s.cleanWanted(e.name)
+	}
 	return did, nil
 }
 

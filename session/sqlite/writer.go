@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -110,7 +111,7 @@ type updateStep struct {
 	chunk                       int
 	waitingCutoff, activeCutoff int64 // unix nanos
 	now                         int64 // unix nanos: unclaimed past their deadline before it
-	phase                       int   // 0 purge waiting, 1 purge active, 2 promote
+	phase                       int   // phasePurgeSeen, … phasePromote (update.go)
 	finished                    bool
 	// lineEnd is the gate's next position at the update's first
 	// transaction: it promotes only the sessions in line before it
@@ -135,11 +136,33 @@ type gateEntry struct {
 	// counters (pace.go); it is restored with the rest of the entry when an
 	// op is undone.
 	pace session.Pace
+	// mark is the gate's purge mark (migrations/0011), saved with the
+	// counters: the waiting rows it covers are purged, and left for the
+	// cleaner to delete.
+	mark purgeMark
 
 	inBatch bool // listed in batch.touched
 	save    bool // counters changed in this transaction
 	report  bool // a row changed in this transaction: report the gate's state
 }
+
+// purgeMark is a gate's purge mark: a waiting row not to be called back
+// (notify 0) with a last sign of life, whose (last_active, position) is
+// below (seen, pos), is purged. It only rises. The zero mark is not valid;
+// noMark covers nothing.
+type purgeMark struct{ seen, pos int64 }
+
+// noMark is the mark of a gate that purged nothing yet: below every row.
+var noMark = purgeMark{math.MinInt64, math.MinInt64}
+
+// covers reports whether the mark covers a row of last sign of life seen
+// (unix nanoseconds) at pos.
+func (m purgeMark) covers(seen, pos int64) bool {
+	return seen < m.seen || seen == m.seen && pos < m.pos
+}
+
+// less reports whether m is below n.
+func (m purgeMark) less(n purgeMark) bool { return n.covers(m.seen, m.pos) }
 
 type undoEntry struct {
 	name string

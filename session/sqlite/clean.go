@@ -1,0 +1,277 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The cleaner deletes the rows of the waiters an update purged by raising
+// its gate's purge mark (migrations/0011, update.go's purgeSeen). Those
+// rows are gone for every reader already, counted out and reported; the
+// cleaner only gives their space back. It runs beside the writer, a few
+// rows an op, so that a join waits behind it for a millisecond or two,
+// never for the thousands of scattered pages an update's purge used to
+// write in its own transactions. Close finishes what it left, and so does
+// Open, for a process that stopped first.
+
+// cleanChunk is how many rows one op of the cleaner deletes: scattered
+// over the line, each writes a page of its own (about 55 µs a row at a
+// million sessions), so a chunk holds the writer for 2 ms or so. A
+// variable for the tests.
+var cleanChunk int64 = 32
+
+// testHookClean, set only by this package's tests, runs before the
+// cleaner starts on what it was given.
+var testHookClean atomic.Pointer[func()]
+
+// cleanRetry is how long the cleaner waits after a failed op before it
+// tries the gate again.
+const cleanRetry = time.Second
+
+// cleaner is the Store's cleaner: the gates with purged rows to delete,
+// and its goroutine.
+type cleaner struct {
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	gates map[string]bool
+	kick  chan struct{} // 1-buffered: something to clean
+	stop  chan struct{}
+	done  chan struct{}
+	// idle is closed, and replaced, whenever the cleaner has nothing left
+	// to do (WaitClean).
+	idle chan struct{}
+	busy bool
+}
+
+func newCleaner() *cleaner {
+	c := &cleaner{gates: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), idle: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c
+}
+
+// halt stops the cleaner's goroutine and waits for it.
+func (c *cleaner) halt() {
+	c.cancel()
+	close(c.stop)
+	<-c.done
+}
+
+// cleanWanted tells the cleaner that gate has purged rows to delete. The
+// writer calls it inside the transaction that raised the mark; the cleaner
+// starts when the Update ends (cleanStart). Its ops delete only what the
+// stored mark covers, which never runs ahead of what was counted out.
+func (s *Store) cleanWanted(gate string) {
+	c := s.clean
+	c.mu.Lock()
+	c.gates[gate] = true
+	c.busy = true
+	c.mu.Unlock()
+}
+
+// cleanStart starts the cleaner on what it was given, if anything: at the
+// end of an Update, so that its writes do not interleave with the
+// update's own transactions.
+func (s *Store) cleanStart() {
+	c := s.clean
+	c.mu.Lock()
+	wanted := len(c.gates) > 0
+	c.mu.Unlock()
+	if !wanted {
+		return
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// runCleaner is the cleaner's goroutine, until Close stops it.
+func (s *Store) runCleaner() {
+	c := s.clean
+	defer close(c.done)
+	ctx := c.ctx
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.kick:
+		}
+		if h := testHookClean.Load(); h != nil {
+			(*h)()
+		}
+		c.mu.Lock()
+		gates := make([]string, 0, len(c.gates))
+		for g := range c.gates {
+			gates = append(gates, g)
+		}
+		clear(c.gates)
+		c.mu.Unlock()
+		failed := false
+		for _, g := range gates {
+			if err := s.cleanGate(ctx, g); err != nil {
+				if ctx.Err() != nil {
+					return // closing: Close deletes what is left
+				}
+				s.log.Warn("anteroom: deleting purged sessions failed; retrying", "path", s.path, "gate", g, "err", err)
+				c.mu.Lock()
+				c.gates[g] = true
+				c.mu.Unlock()
+				failed = true
+			}
+		}
+		c.mu.Lock()
+		more := len(c.gates) > 0
+		if !more {
+			c.busy = false
+			close(c.idle)
+			c.idle = make(chan struct{})
+		}
+		c.mu.Unlock()
+		if failed {
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(cleanRetry):
+			}
+		}
+		if more {
+			select {
+			case c.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// cleanGate deletes the purged rows of gate, cleanChunk an op, until none
+// is left. It writes as an update does (scattered pages, many of them), and
+// is held back as one: it waits for room in the WAL before each op
+// (waitForRoom), and background checkpoint passes and the identity record
+// wait for it.
+func (s *Store) cleanGate(ctx context.Context, gate string) error {
+	s.updating.Add(1)
+	s.updates.Add(1)
+	defer func() {
+		s.updates.Add(-1)
+		s.updating.Add(-1)
+		s.ck.kick()
+	}()
+	waitBudget := updateWaitLimit
+	for {
+		if err := s.waitForRoom(ctx, &waitBudget); err != nil {
+			return err
+		}
+		var n int64
+		o := newOp(ctx, opFunc)
+		o.fn = func(*batch) error {
+			var err error
+			n, err = s.wc.exec(s.wc.cleanPurged, gate, cleanChunk)
+			if err != nil {
+				return fmt.Errorf("delete purged sessions of gate %q: %w", gate, err)
+			}
+			return nil
+		}
+		err := s.do(o)
+		putOp(o)
+		if err != nil {
+			return err
+		}
+		if n < cleanChunk {
+			return nil
+		}
+	}
+}
+
+// WaitClean waits until the rows of every purged waiter are deleted (or
+// ctx is done): what an update purged is gone for every reader at its
+// commit, and its rows a moment later. For tests and benchmarks. Errors:
+// ctx's error.
+func (s *Store) WaitClean(ctx context.Context) error {
+	c := s.clean
+	c.mu.Lock()
+	busy, idle := c.busy, c.idle
+	c.mu.Unlock()
+	if !busy {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cleanRest deletes, once the writer stopped (Close), the purged rows the
+// cleaner left: those of the gates the writer purged since Open, which
+// cleaned the rest. It returns how many rows it deleted.
+func (s *Store) cleanRest() (int64, error) {
+	names := map[string]bool{}
+	for name, e := range s.cache {
+		if e.mark != noMark {
+			names[name] = true
+		}
+	}
+	s.clean.mu.Lock()
+	for name := range s.clean.gates {
+		names[name] = true
+	}
+	s.clean.mu.Unlock()
+	var total int64
+	for name := range names {
+		n, err := s.wc.exec(s.wc.cleanPurged, name, int64(1)<<62)
+		if err != nil {
+			return total, fmt.Errorf("delete purged sessions of gate %q: %w", name, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// cleanAll deletes the purged rows of every gate on conn before the writer
+// starts (Open): those a process that stopped first left. It returns how
+// many rows it deleted; a file without any is not written.
+func cleanAll(ctx context.Context, conn *sql.Conn) (int64, error) {
+	rows, err := conn.QueryContext(ctx, `SELECT name FROM gates WHERE purged_seen > -9223372036854775808`)
+	if err != nil {
+		return 0, fmt.Errorf("clean purged sessions: %w", err)
+	}
+	var gates []string
+	for rows.Next() {
+		var g string
+		if err := rows.Scan(&g); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("clean purged sessions: %w", err)
+		}
+		gates = append(gates, g)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, fmt.Errorf("clean purged sessions: %w", err)
+	}
+	var total int64
+	for _, g := range gates {
+		var one int
+		err := conn.QueryRowContext(ctx, `SELECT 1 FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL `+
+			`AND (last_active, position) < (SELECT purged_seen, purged_position FROM gates WHERE name = ?1) LIMIT 1`, g).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // nothing to delete: the file is not written
+		}
+		if err != nil {
+			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g, err)
+		}
+		res, err := conn.ExecContext(ctx, sqlCleanPurged, g, int64(1)<<62)
+		if err != nil {
+			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g, err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}

@@ -1,0 +1,326 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
+)
+
+// The update purges stale waiters by raising the gate's purge mark, and the
+// cleaner deletes their rows afterwards (migrations/0011, clean.go). These
+// tests hold the cleaner back, so that the purged rows are still in the
+// table, and check that nothing reads them as sessions meanwhile.
+
+// holdCleaner keeps s's cleaner from starting until release (called at the
+// latest when the test ends) or until s closes.
+func holdCleaner(t *testing.T, s *Store) (release func()) {
+	t.Helper()
+	hold := make(chan struct{})
+	hook := func() {
+		select {
+		case <-hold:
+		case <-s.clean.ctx.Done():
+		}
+	}
+	testHookClean.Store(&hook)
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(func() {
+		release()
+		testHookClean.Store(nil)
+	})
+	return release
+}
+
+// physicalRows counts the gate's rows in the table, purged or not.
+func physicalRows(t *testing.T, s *Store, gate string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.readDB.QueryRowContext(context.Background(), `SELECT count(*) FROM sessions WHERE gate = ?`, gate).Scan(&n))
+	return n
+}
+
+// purgeFixture is an open store (cleaner held) whose gate has two active
+// sessions (a0, a1: positions 1, 2) and ten waiters w0..w9 (3..12) joined
+// at epoch, of which w0 and w5..w9 showed a sign of life since; an update
+// at now purged w1..w4, between live waiters.
+func purgeFixture(t *testing.T) (s *Store, cfg session.GateConfig, now time.Time, release func()) {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	release = holdCleaner(t, s)
+	ctx := context.Background()
+	cfg = sessiontest.GateConfig("default", 2)
+	for _, id := range []string{"a0", "a1"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	for i := range 10 {
+		_, err := s.Join(ctx, cfg, fmt.Sprintf("w%d", i), epoch)
+		require.NoError(t, err)
+	}
+	now = epoch.Add(cfg.WaitingTimeout + time.Second)
+	var touches []session.Touch
+	for _, i := range []int{0, 5, 6, 7, 8, 9} {
+		touches = append(touches, session.Touch{ID: fmt.Sprintf("w%d", i), LastActive: now.Add(-time.Second)})
+	}
+	require.NoError(t, s.Touch(ctx, cfg.Name, touches))
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, rep.PurgedWaiting)
+	require.Zero(t, rep.PurgedActive)
+	require.Equal(t, 12, physicalRows(t, s, cfg.Name), "the purged rows are still in the table: the premise of the test")
+	return s, cfg, now, release
+}
+
+func TestPurgedWaitersAreGoneBeforeTheirRowsAre(t *testing.T) {
+	s, cfg, now, release := purgeFixture(t)
+	ctx := context.Background()
+
+	for i := 1; i <= 4; i++ {
+		_, err := s.Get(ctx, cfg.Name, fmt.Sprintf("w%d", i))
+		require.ErrorIs(t, err, session.ErrNotFound, "w%d", i)
+	}
+	rows, err := s.Rows(ctx, cfg.Name)
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	assert.Equal(t, []string{"a0", "a1", "w0", "w5", "w6", "w7", "w8", "w9"}, ids)
+
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	snap := snaps[cfg.Name]
+	assert.EqualValues(t, 6, snap.State.Waiting)
+	assert.EqualValues(t, 3, snap.State.FirstWaitingPosition)
+	assert.EqualValues(t, 12, snap.State.LastWaitingPosition)
+	assert.Equal(t, []int64{3, 8, 9, 10, 11, 12}, snap.Waiting)
+
+	// A purged waiter's sign of life or departure finds nothing.
+	_, err = s.Leave(ctx, cfg, "w1", now)
+	require.ErrorIs(t, err, session.ErrNotFound)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "w2", LastActive: now}}))
+	_, err = s.Get(ctx, cfg.Name, "w2")
+	require.ErrorIs(t, err, session.ErrNotFound, "a touch does not bring a purged waiter back")
+
+	// A purged waiter that comes back joins at the end of the line.
+	back, err := s.Join(ctx, cfg, "w1", now)
+	require.NoError(t, err)
+	assert.Equal(t, session.StatusWaiting, back.Status)
+	assert.EqualValues(t, 13, back.Position)
+
+	// Freed slots go to the first live waiters, not to purged ones.
+	for _, id := range []string{"a0", "a1"} {
+		_, err = s.Release(ctx, cfg, id, now)
+		require.NoError(t, err)
+	}
+	for _, id := range []string{"w0", "w5"} {
+		w, err := s.Get(ctx, cfg.Name, id)
+		require.NoError(t, err)
+		assert.Equal(t, session.StatusActive, w.Status, id)
+	}
+
+	release()
+	require.NoError(t, s.WaitClean(ctx))
+	assert.Equal(t, 7, physicalRows(t, s, cfg.Name), "the cleaner deleted the purged rows: w0, w5..w9 and w1 again")
+	rows, err = s.Rows(ctx, cfg.Name)
+	require.NoError(t, err)
+	assert.Len(t, rows, 7)
+}
+
+// The events of a purge are those of the rows it purged, once each, in the
+// transaction that raised the mark, even when a transaction ends inside a
+// run of waiters last seen at the same instant (the mark then names a
+// position too).
+func TestAPurgeInSmallTransactionsReportsEachWaiterOnce(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	const waiters = 40
+	for i := range waiters + 1 {
+		_, err := s.Join(ctx, cfg, fmt.Sprintf("s%02d", i), epoch) // one instant: one run
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	s.SetCommitListener(func(c session.Commit) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range c.Events {
+			if e.Kind == session.EventDequeued {
+				seen[e.Session.ID]++
+				assert.Equal(t, session.Gone, e.Reason)
+				assert.Equal(t, epoch, e.Session.LastActive)
+				assert.Equal(t, epoch, e.Session.CreatedAt)
+			}
+		}
+	})
+	// The active session stays: only the waiters are stale.
+	now := epoch.Add(cfg.WaitingTimeout + time.Second)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "s00", LastActive: now}}))
+	rep, err := s.Update(ctx, cfg, now, 3)
+	require.NoError(t, err)
+	assert.EqualValues(t, waiters, rep.PurgedWaiting)
+	assert.Greater(t, rep.Transactions, 1, "transactions that end inside the run")
+	mu.Lock()
+	assert.Len(t, seen, waiters)
+	for id, n := range seen {
+		assert.Equal(t, 1, n, id)
+	}
+	mu.Unlock()
+	require.NoError(t, s.WaitClean(ctx))
+	assert.Equal(t, 1, physicalRows(t, s, cfg.Name))
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.Zero(t, snaps[cfg.Name].State.Waiting)
+}
+
+// A waiter written with a sign of life below the mark (a clock set back)
+// stays a waiter: recorded at the mark, counted, found, and purged by the
+// next update that finds it stale, with its events.
+func TestAWaiterDatedBelowTheMarkStaysLive(t *testing.T) {
+	s, cfg, now, _ := purgeFixture(t)
+	ctx := context.Background()
+	late, err := s.Join(ctx, cfg, "late", now.Add(-time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, session.StatusWaiting, late.Status)
+	got, err := s.Get(ctx, cfg.Name, "late")
+	require.NoError(t, err, "a waiter whose clock was behind is not purged by being written")
+	assert.True(t, got.LastActive.After(now.Add(-cfg.WaitingTimeout-time.Second)), "recorded at the mark: %v", got.LastActive)
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, snaps[cfg.Name].State.Waiting)
+	assert.Len(t, snaps[cfg.Name].Waiting, 7)
+
+	rep, err := s.Update(ctx, cfg, now.Add(cfg.WaitingTimeout), session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, rep.PurgedWaiting, "w0, w5..w9 and late")
+	_, err = s.Get(ctx, cfg.Name, "late")
+	require.ErrorIs(t, err, session.ErrNotFound)
+}
+
+// A process that stops before the cleaner deleted the purged rows leaves
+// them in the file: the next Open deletes them before it reads anything,
+// so that its index and counters hold only live sessions.
+func TestOpenDeletesThePurgedRowsAStopLeft(t *testing.T) {
+	s, cfg, _, _ := purgeFixture(t)
+	crashed := copyFiles(t, s.Path(), t.TempDir(), "", "-wal")
+	log := &sessiontest.LogBuffer{}
+	r := reopen(t, crashed, log)
+	assert.Contains(t, log.String(), "deleted the rows of sessions purged before the last stop")
+	assert.Contains(t, log.String(), "rows=4")
+	assert.NotContains(t, log.String(), "did not match", "the counters agree with the rows left")
+	assert.Equal(t, 8, physicalRows(t, r, cfg.Name))
+	snaps, err := r.Load(context.Background(), []string{cfg.Name})
+	require.NoError(t, err)
+	assert.EqualValues(t, 6, snaps[cfg.Name].State.Waiting)
+	assert.Equal(t, []int64{3, 8, 9, 10, 11, 12}, snaps[cfg.Name].Waiting)
+}
+
+// Close deletes what the cleaner left, so that the next start finds a file
+// without purged rows and takes the index's snapshot.
+func TestCloseDeletesThePurgedRowsLeft(t *testing.T) {
+	s, cfg, _, _ := purgeFixture(t)
+	path := s.Path()
+	require.NoError(t, s.Close()) // with the cleaner held
+
+	log := &sessiontest.LogBuffer{}
+	r := reopen(t, path, log)
+	assert.NotContains(t, log.String(), "purged before the last stop")
+	assert.Contains(t, log.String(), "loaded from the snapshot")
+	assert.Equal(t, 8, physicalRows(t, r, cfg.Name))
+}
+
+// One update purges stale waiters by the mark, then promotes into the slots
+// its purge of idle sessions freed: the promotions step over the purged
+// rows, still in the table, to the live waiters behind them, and the line's
+// bounds leave out the purged rows at its end.
+func TestAnUpdatePromotesPastPurgedWaiters(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 2)
+	for _, id := range []string{"a0", "a1", "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	now := epoch.Add(cfg.ActiveTimeout + time.Second)
+	var touches []session.Touch
+	for _, id := range []string{"w0", "w5", "w6", "w7", "w8"} {
+		touches = append(touches, session.Touch{ID: id, LastActive: now.Add(-time.Second)})
+	}
+	require.NoError(t, s.Touch(ctx, cfg.Name, touches))
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, rep.PurgedWaiting, "w1..w4 and w9")
+	assert.EqualValues(t, 2, rep.PurgedActive, "a0 and a1, idle")
+	assert.EqualValues(t, 2, rep.Promoted)
+	require.Equal(t, 12-2, physicalRows(t, s, cfg.Name), "the purged waiters' rows are still in the table")
+	for id, want := range map[string]session.Status{"w0": session.StatusActive, "w5": session.StatusActive, "w6": session.StatusWaiting} {
+		got, err := s.Get(ctx, cfg.Name, id)
+		require.NoError(t, err, id)
+		assert.Equal(t, want, got.Status, id)
+	}
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	st := snaps[cfg.Name].State
+	assert.EqualValues(t, 2, st.Active)
+	assert.EqualValues(t, 3, st.Waiting)
+	assert.EqualValues(t, 9, st.FirstWaitingPosition, "w6")
+	assert.EqualValues(t, 11, st.LastWaitingPosition, "w8: w9 is purged")
+	assert.Equal(t, []int64{9, 10, 11}, snaps[cfg.Name].Waiting)
+}
+
+// The priority lane is promoted first, from its own index: a purged
+// priority waiter, still in the table, is neither promoted nor loaded.
+func TestPurgedPriorityWaitersAreNotPromoted(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	code, err := session.NewPriorityCode(cfg.Name, "vip-code-0123", "vip", 10, epoch.Add(time.Hour), epoch)
+	require.NoError(t, err)
+	require.NoError(t, s.CreateCode(ctx, code))
+	_, err = s.Join(ctx, cfg, "a0", epoch)
+	require.NoError(t, err)
+	_, err = s.Join(ctx, cfg, "w0", epoch)
+	require.NoError(t, err)
+	for _, id := range []string{"p0", "p1"} {
+		got, codeErr, err := s.JoinWithCode(ctx, cfg, id, "vip-code-0123", epoch)
+		require.NoError(t, err)
+		require.NoError(t, codeErr)
+		require.Equal(t, session.LanePriority, got.Lane)
+	}
+	now := epoch.Add(cfg.WaitingTimeout + time.Second)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "a0", LastActive: now}, {ID: "w0", LastActive: now}, {ID: "p1", LastActive: now}}))
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.PurgedWaiting, "p0")
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{4}, snaps[cfg.Name].PriorityWaiting, "p1 only")
+
+	_, err = s.Release(ctx, cfg, "a0", now)
+	require.NoError(t, err)
+	p1, err := s.Get(ctx, cfg.Name, "p1")
+	require.NoError(t, err)
+	assert.Equal(t, session.StatusActive, p1.Status, "the live priority waiter, not the purged one before it")
+}
