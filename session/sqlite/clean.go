@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -238,15 +239,29 @@ func (s *Store) cleanRest() (int64, error) {
 // cleanAll deletes the purged rows of every gate on conn before the writer
 // starts (Open): those a process that stopped first left. It returns how
 // many rows it deleted; a file without any is not written.
-func cleanAll(ctx context.Context, conn *sql.Conn) (int64, error) {
-	rows, err := conn.QueryContext(ctx, `SELECT name FROM gates WHERE purged_seen > -9223372036854775808`)
+//
+// The mark decides which rows go, so it is checked first, as the counters
+// are: a mark that is not an integer, or one that covers rows the counters
+// still count (a value edited or damaged on disk: the counters and the mark
+// are written in the same transaction, so after any crash the counters
+// count exactly the waiting rows the mark leaves live), refuses the file
+// with ErrDamaged and deletes nothing.
+func cleanAll(ctx context.Context, conn *sql.Conn, path string) (int64, error) {
+	rows, err := conn.QueryContext(ctx, `SELECT name, typeof(purged_seen) = 'integer' AND typeof(purged_position) = 'integer', waiting, purged_seen > ? FROM gates `+
+		`WHERE purged_seen IS NOT -9223372036854775808 OR purged_position IS NOT -9223372036854775808`, time.Now().Add(markHorizon).UnixNano())
 	if err != nil {
 		return 0, fmt.Errorf("clean purged sessions: %w", err)
 	}
-	var gates []string
+	type gateMark struct {
+		name    string
+		ok      bool
+		waiting int64
+		future  bool
+	}
+	var gates []gateMark
 	for rows.Next() {
-		var g string
-		if err := rows.Scan(&g); err != nil {
+		var g gateMark
+		if err := rows.Scan(&g.name, &g.ok, &g.waiting, &g.future); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("clean purged sessions: %w", err)
 		}
@@ -257,21 +272,43 @@ func cleanAll(ctx context.Context, conn *sql.Conn) (int64, error) {
 	}
 	var total int64
 	for _, g := range gates {
-		var one int
-		err := conn.QueryRowContext(ctx, `SELECT 1 FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL `+
-			`AND (last_active, position) < (SELECT purged_seen, purged_position FROM gates WHERE name = ?1) LIMIT 1`, g).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
+		if !g.ok || g.future {
+			return total, damaged("database %s: the purge mark of gate %q (purged_seen, purged_position in table gates) is not a number or lies more than a year ahead, so which waiting rows it purged is unknown. %s",
+				path, g.name, markAdvice(g.name))
+		}
+		var covered int64
+		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL `+
+			`AND (last_active, position) < (SELECT purged_seen, purged_position FROM gates WHERE name = ?1)`, g.name).Scan(&covered); err != nil {
+			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g.name, err)
+		}
+		if covered == 0 {
 			continue // nothing to delete: the file is not written
 		}
-		if err != nil {
-			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g, err)
+		var waitingRows int64
+		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE gate = ? AND status = 0`, g.name).Scan(&waitingRows); err != nil {
+			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g.name, err)
 		}
-		res, err := conn.ExecContext(ctx, sqlCleanPurged, g, int64(1)<<62)
+		if waitingRows-covered != g.waiting {
+			return total, damaged("database %s: the purge mark of gate %q covers %d of its %d waiting rows, but its counter counts %d waiting sessions, not %d: the mark or the counter was edited or damaged, and deleting the rows it covers could lose live sessions. %s",
+				path, g.name, covered, waitingRows, g.waiting, waitingRows-covered, markAdvice(g.name))
+		}
+		res, err := conn.ExecContext(ctx, sqlCleanPurged, g.name, int64(1)<<62)
 		if err != nil {
-			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g, err)
+			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g.name, err)
 		}
 		n, _ := res.RowsAffected()
 		total += n
 	}
 	return total, nil
+}
+
+// markHorizon is how far ahead of the clock a purge mark may lie before
+// Open calls it damaged: a mark is an update's cutoff, in the past when it
+// was written; the year leaves room for a clock that was wrong.
+const markHorizon = 365 * 24 * time.Hour
+
+// markAdvice says how to go on from a damaged purge mark of gate.
+func markAdvice(gate string) string {
+	return fmt.Sprintf("Restore it from a backup; to keep every row and let the next updates purge again whoever is stale (some departures are then reported twice), reset the mark: "+
+		"UPDATE gates SET purged_seen = -9223372036854775808, purged_position = -9223372036854775808 WHERE name = '%s'", strings.ReplaceAll(gate, "'", "''"))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -323,4 +324,54 @@ func TestPurgedPriorityWaitersAreNotPromoted(t *testing.T) {
 	p1, err := s.Get(ctx, cfg.Name, "p1")
 	require.NoError(t, err)
 	assert.Equal(t, session.StatusActive, p1.Status, "the live priority waiter, not the purged one before it")
+}
+
+// The purge mark comes from disk, and the rows it covers are deleted at
+// Open: a mark edited or damaged so that it covers live waiters, or that is
+// not a number, or that lies far ahead, is refused with ErrDamaged before
+// anything is deleted, with a way on; the way on (resetting the mark)
+// opens the file with every row live.
+func TestOpenRefusesADamagedPurgeMark(t *testing.T) {
+	for _, tc := range []struct {
+		name, set, says string
+	}{
+		{"covers live waiters", fmt.Sprintf("purged_seen = %d, purged_position = 0", epoch.Add(time.Second).UnixNano()), "covers 10 of its 10 waiting rows, but its counter counts 10 waiting sessions, not 0"},
+		{"not a number", "purged_seen = 'soon'", "is not a number"},
+		{"a real number", "purged_position = 1.5", "is not a number"},
+		{"far ahead", "purged_seen = 9223372036854775807", "more than a year ahead"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "d.db")
+			s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			cfg := sessiontest.GateConfig("default", 2)
+			for i := range 12 {
+				_, err := s.Join(context.Background(), cfg, fmt.Sprintf("s%d", i), epoch)
+				require.NoError(t, err)
+			}
+			require.NoError(t, s.Close())
+			rawExec(t, path, "UPDATE gates SET "+tc.set)
+
+			_, err = Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+			require.ErrorIs(t, err, ErrDamaged)
+			msg := err.Error()
+			assert.Contains(t, err.Error(), tc.says)
+			assert.Contains(t, err.Error(), `gate "default"`)
+			assert.Contains(t, err.Error(), "Restore it from a backup")
+			db, err := sqlOpen(path)
+			require.NoError(t, err)
+			var n int
+			require.NoError(t, db.QueryRow(`SELECT count(*) FROM sessions`).Scan(&n))
+			require.NoError(t, db.Close())
+			assert.Equal(t, 12, n, "nothing was deleted")
+
+			// The way on that the message gives.
+			rawExec(t, path, msg[strings.Index(msg, "UPDATE gates"):])
+			r := reopen(t, path, nil)
+			snaps, err := r.Load(context.Background(), []string{"default"})
+			require.NoError(t, err)
+			assert.EqualValues(t, 10, snaps["default"].State.Waiting)
+			assert.Len(t, snaps["default"].Waiting, 10)
+		})
+	}
 }

@@ -485,7 +485,7 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	}
 	// The rows of purged waiters that a process stopped before deleting
 	// (clean.go): gone before anything counts or indexes the rows.
-	cleaned, err := cleanAll(ctx, conn)
+	cleaned, err := cleanAll(ctx, conn, s.path)
 	if err != nil {
 		if checked != nil {
 			if cerr := <-checked; cerr != nil {
