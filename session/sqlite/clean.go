@@ -3,8 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,7 +98,16 @@ func (s *Store) cleanStart() {
 // runCleaner is the cleaner's goroutine, until Close stops it.
 func (s *Store) runCleaner() {
 	c := s.clean
-	defer close(c.done)
+	defer func() {
+		c.mu.Lock()
+		if c.busy { // stopped with work left: Close deletes it; nobody waits for it
+			c.busy = false
+			close(c.idle)
+			c.idle = make(chan struct{})
+		}
+		c.mu.Unlock()
+		close(c.done)
+	}()
 	ctx := c.ctx
 	for {
 		select {
@@ -191,9 +202,9 @@ func (s *Store) cleanGate(ctx context.Context, gate string) error {
 }
 
 // WaitClean waits until the rows of every purged waiter are deleted (or
-// ctx is done): what an update purged is gone for every reader at its
-// commit, and its rows a moment later. For tests and benchmarks. Errors:
-// ctx's error.
+// ctx is done, or the Store closes, whose Close deletes what is left):
+// what an update purged is gone for every reader at its commit, and its
+// rows a moment later. For tests and benchmarks. Errors: ctx's error.
 func (s *Store) WaitClean(ctx context.Context) error {
 	c := s.clean
 	c.mu.Lock()
@@ -211,22 +222,38 @@ func (s *Store) WaitClean(ctx context.Context) error {
 }
 
 // cleanRest deletes, once the writer stopped (Close), the purged rows the
-// cleaner left: those of the gates the writer purged since Open, which
-// cleaned the rest. It returns how many rows it deleted.
+// cleaner left, of every gate whose mark was ever raised (the table says
+// which: the writer's cache may have been dropped by a failed transaction,
+// and the cleaner forgets a gate when it starts on it). It returns how many
+// rows it deleted.
 func (s *Store) cleanRest() (int64, error) {
-	names := map[string]bool{}
-	for name, e := range s.cache {
-		if e.mark != noMark {
-			names[name] = true
+	st, err := prepareOn(s.wc.c, `SELECT name FROM gates WHERE purged_seen > -9223372036854775808 OR purged_position > -9223372036854775808`)
+	if err != nil {
+		return 0, fmt.Errorf("delete purged sessions: %w", err)
+	}
+	defer st.st.Close()
+	rows, err := s.wc.query(st)
+	if err != nil {
+		return 0, fmt.Errorf("delete purged sessions: %w", err)
+	}
+	var names []string
+	var dest [1]driver.Value
+	for {
+		err := rows.Next(dest[:])
+		if errors.Is(err, io.EOF) {
+			break
 		}
+		if err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("delete purged sessions: %w", err)
+		}
+		names = append(names, asString(dest[0]))
 	}
-	s.clean.mu.Lock()
-	for name := range s.clean.gates {
-		names[name] = true
+	if err := rows.Close(); err != nil {
+		return 0, fmt.Errorf("delete purged sessions: %w", err)
 	}
-	s.clean.mu.Unlock()
 	var total int64
-	for name := range names {
+	for _, name := range names {
 		n, err := s.wc.exec(s.wc.cleanPurged, name, int64(1)<<62)
 		if err != nil {
 			return total, fmt.Errorf("delete purged sessions of gate %q: %w", name, err)

@@ -147,8 +147,10 @@ func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 }
 
 // write does what a rule decided for one row (slot sl, for an insert) and
-// adds its delta to the gate's counters.
-func (s *Store) write(e *gateEntry, out session.Outcome, sl slot) error {
+// adds its delta to the gate's counters. out.Session is what was stored
+// (keepLive may have moved a waiter's last sign of life): the caller reports
+// and returns it.
+func (s *Store) write(e *gateEntry, out *session.Outcome, sl slot) error {
 	r := &out.Session
 	keepLive(e, r)
 	var err error
@@ -227,7 +229,7 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 			return err
 		}
 	}
-	if err := s.write(e, out, sl); err != nil {
+	if err := s.write(e, &out, sl); err != nil {
 		return err
 	}
 	e.pace = out.Pace
@@ -267,7 +269,7 @@ func (s *Store) applyLeave(b *batch, o *op) error {
 		return err
 	}
 	out := session.DecideLeave(existing, normTime(o.now))
-	if err := s.write(e, out, sl); err != nil {
+	if err := s.write(e, &out, sl); err != nil {
 		return err
 	}
 	if out.Action == session.ActionUpdate && out.Session.Status == session.StatusActive {
@@ -284,7 +286,7 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 		return err
 	}
 	out := session.DecideRelease(o.cfg, e.c, existing)
-	if err := s.write(e, out, sl); err != nil {
+	if err := s.write(e, &out, sl); err != nil {
 		return err
 	}
 	if out.Action == session.ActionDelete {
@@ -326,7 +328,7 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 			break
 		}
 		out := session.Promote(cfg, w, now)
-		if err := s.write(e, out, slot{}); err != nil {
+		if err := s.write(e, &out, slot{}); err != nil {
 			return 0, err
 		}
 		b.event(session.EventPromoted, out.Session)
@@ -353,7 +355,7 @@ func (s *Store) applyTouch(b *batch, o *op) error {
 		}
 		t.LastActive = normTime(t.LastActive)
 		out := session.DecideTouch(existing, t)
-		if err := s.write(e, out, sl); err != nil {
+		if err := s.write(e, &out, sl); err != nil {
 			return err
 		}
 		if out.Action == session.ActionUpdate && existing.ClaimDeadline != out.Session.ClaimDeadline {
@@ -387,7 +389,8 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 		if why == session.NotStale {
 			continue
 		}
-		if err := s.write(e, session.DecidePurge(*row), sl); err != nil {
+		out := session.DecidePurge(*row)
+		if err := s.write(e, &out, sl); err != nil {
 			return err
 		}
 		if row.Status == session.StatusActive {

@@ -322,7 +322,7 @@ func (s *Store) SetNotify(ctx context.Context, cfg session.GateConfig, id string
 			return err
 		}
 		dec := session.DecideNotify(existing, notify, normTime(now))
-		if err := s.write(e, dec, sl); err != nil {
+		if err := s.write(e, &dec, sl); err != nil {
 			return err
 		}
 		out = dec.Session

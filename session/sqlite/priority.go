@@ -151,7 +151,7 @@ func (s *Store) promotePriority(b *batch, e *gateEntry, cfg session.GateConfig, 
 			break
 		}
 		out := session.Promote(cfg, w, now)
-		if err := s.write(e, out, slot{}); err != nil {
+		if err := s.write(e, &out, slot{}); err != nil {
 			return 0, err
 		}
 		b.event(session.EventPromoted, out.Session)

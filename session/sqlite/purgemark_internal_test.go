@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -373,5 +374,108 @@ func TestOpenRefusesADamagedPurgeMark(t *testing.T) {
 			assert.EqualValues(t, 10, snaps["default"].State.Waiting)
 			assert.Len(t, snaps["default"].Waiting, 10)
 		})
+	}
+}
+
+// One update run on a clock that was ahead (a step corrected at once) must
+// not leave the mark in the future: keepLive would date every later
+// waiter there, and a waiter who left would stay in line, and take a freed
+// slot, until the clock caught up. The mark is a purged waiter's own sign
+// of life, never the cutoff.
+func TestAnUpdateOnAClockAheadLeavesNoMarkAhead(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	_, err = s.Join(ctx, cfg, "a0", epoch)
+	require.NoError(t, err)
+	_, err = s.Join(ctx, cfg, "w0", epoch)
+	require.NoError(t, err)
+
+	_, err = s.Update(ctx, cfg, epoch.Add(365*24*time.Hour), session.DefaultUpdateChunk) // a year ahead
+	require.NoError(t, err)
+
+	now := epoch.Add(time.Minute) // the clock is right again
+	b0, err := s.Join(ctx, cfg, "b0", now)
+	require.NoError(t, err)
+	require.Equal(t, session.StatusActive, b0.Status)
+	ghost, err := s.Join(ctx, cfg, "ghost", now)
+	require.NoError(t, err)
+	require.Equal(t, session.StatusWaiting, ghost.Status)
+	assert.Equal(t, now, ghost.LastActive, "dated by its own clock")
+
+	later := now.Add(cfg.WaitingTimeout + time.Second)
+	require.True(t, session.IsStale(cfg, ghost, later))
+	rep, err := s.Update(ctx, cfg, later, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, rep.PurgedWaiting, "the waiter who left is purged at the next update")
+
+	rep, err = s.Update(ctx, cfg, now.Add(24*time.Hour), session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, rep.PurgedActive)
+	assert.Zero(t, rep.Promoted, "nobody live waits: the freed slot goes to nobody")
+	_, err = s.Get(ctx, cfg.Name, "ghost")
+	assert.ErrorIs(t, err, session.ErrNotFound)
+}
+
+// A waiter that keepLive dated at the mark is returned, and reported, as
+// stored.
+func TestAJoinBelowTheMarkReturnsTheSessionAsStored(t *testing.T) {
+	s, cfg, now, _ := purgeFixture(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var queued []session.Session
+	s.SetCommitListener(func(c session.Commit) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range c.Events {
+			if e.Kind == session.EventQueued {
+				queued = append(queued, e.Session)
+			}
+		}
+	})
+	late, err := s.Join(ctx, cfg, "late", now.Add(-time.Hour))
+	require.NoError(t, err)
+	stored, err := s.Get(ctx, cfg.Name, "late")
+	require.NoError(t, err)
+	assert.Equal(t, stored.LastActive, late.LastActive, "Join returns the session as stored")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, queued, 1)
+	assert.Equal(t, stored.LastActive, queued[0].LastActive, "the event reports the session as stored")
+}
+
+// A failed transaction drops the writer's cache of gates, and the cleaner
+// forgets a gate when it starts on it: Close still finds every gate with
+// purged rows left (from the table), so a clean stop leaves none and the
+// next start takes the snapshot.
+func TestCloseAfterAFailedBatchLeavesNoPurgedRows(t *testing.T) {
+	s, cfg, now, _ := purgeFixture(t)
+	path := s.Path()
+	setHooks(t, nil, func() error { return errors.New("injected commit failure") })
+	_, err := s.Join(context.Background(), cfg, "x", now)
+	require.Error(t, err, "the batch failed: the writer's cache is cleared")
+	testHookBeforeCommit = nil
+	require.NoError(t, s.Close())
+
+	log := &sessiontest.LogBuffer{}
+	r := reopen(t, path, log)
+	assert.NotContains(t, log.String(), "purged before the last stop", "a clean stop leaves no purged row")
+	assert.Contains(t, log.String(), "loaded from the snapshot")
+	assert.Equal(t, 8, physicalRows(t, r, cfg.Name))
+}
+
+// WaitClean does not wait for a cleaner that Close stopped.
+func TestWaitCleanReturnsAtClose(t *testing.T) {
+	s, _, _, _ := purgeFixture(t) // the cleaner is held with work to do
+	done := make(chan error, 1)
+	go func() { done <- s.WaitClean(context.Background()) }()
+	require.NoError(t, s.Close())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitClean still waits after Close")
 	}
 }

@@ -152,12 +152,15 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 // (unix nanoseconds) and not to be called back, without touching their
 // rows (migrations/0011): it reads them from the index sessions_seen, from
 // the gate's purge mark on, accounts for each as a purge (session.DecidePurge,
-// the index, the events), and raises the mark over them, to the cutoff once
-// none is left below it. The cleaner deletes the rows later. It returns
-// how many it purged.
+// the index, the events), and raises the mark just over the last of them.
+// Only over them: the mark is always a purged waiter's own sign of life,
+// never the cutoff, which an update run on a clock that was ahead would set
+// in the future (keepLive would then date every newcomer there, and none
+// would be stale until the clock caught up). The cleaner deletes the rows
+// later. It returns how many it purged.
 func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, cutoff, n int64) (int64, error) {
 	if !e.mark.less(purgeMark{cutoff, math.MinInt64}) {
-		return 0, nil // the mark is at the cutoff already (or above: a timeout raised since)
+		return 0, nil // nothing the mark leaves live is below the cutoff
 	}
 	rows, err := s.wc.query(s.wc.staleSeen, e.name, e.mark.seen, e.mark.pos, cutoff, n)
 	if err != nil {
@@ -180,20 +183,21 @@ func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, cutoff, n int64) (int64
 	if err := rows.Close(); err != nil {
 		return 0, err
 	}
+	did := int64(len(b.rows))
+	if did == 0 {
+		return 0, nil
+	}
+	// The index and the counters change: an error from here on must roll
+	// the whole transaction back (runOp undoes an op without writes by its
+	// gate entries alone, and the index's pending removals would stay).
+	s.wc.writes++
 	if err := s.purged(b, e, o); err != nil {
 		return 0, err
 	}
-	did := int64(len(b.rows))
-	next := purgeMark{cutoff, math.MinInt64} // every such waiter below the cutoff is purged
-	if did == n {
-		last := b.rows[did-1]
-		next = purgeMark{last.LastActive.UnixNano(), last.Position + 1}
-	}
-	e.mark = next
+	last := b.rows[did-1]
+	e.mark = purgeMark{last.LastActive.UnixNano(), last.Position + 1}
 	e.save, e.report = true, true
-	if did > 0 {
-		s.cleanWanted(e.name)
-	}
+	s.cleanWanted(e.name)
 	return did, nil
 }
 
