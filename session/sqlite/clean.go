@@ -221,20 +221,29 @@ func (s *Store) WaitClean(ctx context.Context) error {
 	}
 }
 
+// Close's share of the cleaning is bounded: what is left past the budget
+// is deleted by the next Open. Variables for the tests.
+var (
+	closeCleanBudget = 5 * time.Second
+	restChunk        = int64(1024) // rows a statement of cleanRest or purgedDelete deletes
+)
+
 // cleanRest deletes, once the writer stopped (Close), the purged rows the
 // cleaner left, of every gate whose mark was ever raised (the table says
 // which: the writer's cache may have been dropped by a failed transaction,
-// and the cleaner forgets a gate when it starts on it). It returns how many
-// rows it deleted.
-func (s *Store) cleanRest() (int64, error) {
+// and the cleaner forgets a gate when it starts on it), restChunk rows a
+// statement with a passive checkpoint between statements, until none is
+// left or closeCleanBudget is spent. It returns how many rows it deleted
+// and how many gates it left rows in.
+func (s *Store) cleanRest() (deleted int64, left int, err error) {
 	st, err := prepareOn(s.wc.c, `SELECT name FROM gates WHERE purged_seen > -9223372036854775808 OR purged_position > -9223372036854775808`)
 	if err != nil {
-		return 0, fmt.Errorf("delete purged sessions: %w", err)
+		return 0, 0, fmt.Errorf("delete purged sessions: %w", err)
 	}
 	defer st.st.Close()
 	rows, err := s.wc.query(st)
 	if err != nil {
-		return 0, fmt.Errorf("delete purged sessions: %w", err)
+		return 0, 0, fmt.Errorf("delete purged sessions: %w", err)
 	}
 	var names []string
 	var dest [1]driver.Value
@@ -245,39 +254,48 @@ func (s *Store) cleanRest() (int64, error) {
 		}
 		if err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("delete purged sessions: %w", err)
+			return 0, 0, fmt.Errorf("delete purged sessions: %w", err)
 		}
 		names = append(names, asString(dest[0]))
 	}
 	if err := rows.Close(); err != nil {
-		return 0, fmt.Errorf("delete purged sessions: %w", err)
+		return 0, 0, fmt.Errorf("delete purged sessions: %w", err)
 	}
-	var total int64
-	for _, name := range names {
-		n, err := s.wc.exec(s.wc.cleanPurged, name, int64(1)<<62)
-		if err != nil {
-			return total, fmt.Errorf("delete purged sessions of gate %q: %w", name, err)
+	deadline := time.Now().Add(closeCleanBudget)
+	for i, name := range names {
+		for {
+			if time.Now().After(deadline) {
+				return deleted, len(names) - i, nil
+			}
+			n, err := s.wc.exec(s.wc.cleanPurged, name, restChunk)
+			if err != nil {
+				return deleted, len(names) - i, fmt.Errorf("delete purged sessions of gate %q: %w", name, err)
+			}
+			deleted += n
+			if n < restChunk {
+				break
+			}
+			_, _, _, _ = checkpoint(&s.wc, s.wc.checkpoint) // keep the WAL short; the final checkpoint reports failures
 		}
-		total += n
 	}
-	return total, nil
+	return deleted, 0, nil
 }
 
-// cleanAll deletes the purged rows of every gate on conn before the writer
-// starts (Open): those a process that stopped first left. It returns how
-// many rows it deleted; a file without any is not written.
+// purgedToDelete checks the purge mark of every gate on conn before the
+// writer starts (Open) and returns the gates with purged rows that a
+// process that stopped first left; purgedDelete deletes them.
 //
 // The mark decides which rows go, so it is checked first, as the counters
-// are: a mark that is not an integer, or one that covers rows the counters
-// still count (a value edited or damaged on disk: the counters and the mark
-// are written in the same transaction, so after any crash the counters
-// count exactly the waiting rows the mark leaves live), refuses the file
-// with ErrDamaged and deletes nothing.
-func cleanAll(ctx context.Context, conn *sql.Conn, path string) (int64, error) {
+// are: a mark that is not an integer, lies more than markHorizon ahead of
+// the clock, or covers rows the counters still count (a value edited or
+// damaged on disk: the counters and the mark are written in the same
+// transaction, so after any crash the counters count exactly the waiting
+// rows the mark leaves live), refuses the file with ErrDamaged.
+func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string, error) {
 	rows, err := conn.QueryContext(ctx, `SELECT name, typeof(purged_seen) = 'integer' AND typeof(purged_position) = 'integer', waiting, purged_seen > ? FROM gates `+
 		`WHERE purged_seen IS NOT -9223372036854775808 OR purged_position IS NOT -9223372036854775808`, time.Now().Add(markHorizon).UnixNano())
 	if err != nil {
-		return 0, fmt.Errorf("clean purged sessions: %w", err)
+		return nil, fmt.Errorf("check purge marks: %w", err)
 	}
 	type gateMark struct {
 		name    string
@@ -290,41 +308,60 @@ func cleanAll(ctx context.Context, conn *sql.Conn, path string) (int64, error) {
 		var g gateMark
 		if err := rows.Scan(&g.name, &g.ok, &g.waiting, &g.future); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("clean purged sessions: %w", err)
+			return nil, fmt.Errorf("check purge marks: %w", err)
 		}
 		gates = append(gates, g)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return 0, fmt.Errorf("clean purged sessions: %w", err)
+		return nil, fmt.Errorf("check purge marks: %w", err)
 	}
-	var total int64
+	var out []string
 	for _, g := range gates {
 		if !g.ok || g.future {
-			return total, damaged("database %s: the purge mark of gate %q (purged_seen, purged_position in table gates) is not a number or lies more than a year ahead, so which waiting rows it purged is unknown. %s",
+			return nil, damaged("database %s: the purge mark of gate %q (purged_seen, purged_position in table gates) is not a number or lies more than a year ahead, so which waiting rows it purged is unknown. %s",
 				path, g.name, markAdvice(g.name))
 		}
 		var covered int64
 		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL `+
 			`AND (last_active, position) < (SELECT purged_seen, purged_position FROM gates WHERE name = ?1)`, g.name).Scan(&covered); err != nil {
-			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g.name, err)
+			return nil, fmt.Errorf("check the purge mark of gate %q: %w", g.name, err)
 		}
 		if covered == 0 {
 			continue // nothing to delete: the file is not written
 		}
 		var waitingRows int64
 		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE gate = ? AND status = 0`, g.name).Scan(&waitingRows); err != nil {
-			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g.name, err)
+			return nil, fmt.Errorf("check the purge mark of gate %q: %w", g.name, err)
 		}
 		if waitingRows-covered != g.waiting {
-			return total, damaged("database %s: the purge mark of gate %q covers %d of its %d waiting rows, but its counter counts %d waiting sessions, not %d: the mark or the counter was edited or damaged, and deleting the rows it covers could lose live sessions. %s",
+			return nil, damaged("database %s: the purge mark of gate %q covers %d of its %d waiting rows, but its counter counts %d waiting sessions, not %d: the mark or the counter was edited or damaged, and deleting the rows it covers could lose live sessions. %s",
 				path, g.name, covered, waitingRows, g.waiting, waitingRows-covered, markAdvice(g.name))
 		}
-		res, err := conn.ExecContext(ctx, sqlCleanPurged, g.name, int64(1)<<62)
-		if err != nil {
-			return total, fmt.Errorf("clean purged sessions of gate %q: %w", g.name, err)
+		out = append(out, g.name)
+	}
+	return out, nil
+}
+
+// purgedDelete deletes the purged rows of gates on conn (Open, after
+// purgedToDelete and the quick_check verdict), restChunk rows a statement
+// with a passive checkpoint between statements, and returns how many.
+func purgedDelete(ctx context.Context, conn *sql.Conn, gates []string) (int64, error) {
+	var total int64
+	for _, g := range gates {
+		for {
+			res, err := conn.ExecContext(ctx, sqlCleanPurged, g, restChunk)
+			if err != nil {
+				return total, fmt.Errorf("delete purged sessions of gate %q: %w", g, err)
+			}
+			n, _ := res.RowsAffected()
+			total += n
+			if n < restChunk {
+				break
+			}
+			if _, err := conn.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+				return total, fmt.Errorf("delete purged sessions of gate %q: %w", g, err)
+			}
 		}
-		n, _ := res.RowsAffected()
-		total += n
 	}
 	return total, nil
 }

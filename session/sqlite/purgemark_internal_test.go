@@ -479,3 +479,59 @@ func TestWaitCleanReturnsAtClose(t *testing.T) {
 		t.Fatal("WaitClean still waits after Close")
 	}
 }
+
+// Open writes nothing to a file it refuses: purged rows left by a crash
+// are deleted only once quick_check found the file sound.
+func TestOpenDeletesNothingFromAFileItRefuses(t *testing.T) {
+	s, cfg, _, _ := purgeFixture(t)
+	ctx := context.Background()
+	for i := range 2000 { // a table of many pages, one of which is damaged below
+		c, err := session.NewPriorityCode(cfg.Name, fmt.Sprintf("code-%04d-padding-padding", i), "a label long enough to fill pages", 1, epoch.Add(time.Hour), epoch)
+		require.NoError(t, err)
+		require.NoError(t, s.CreateCode(ctx, c))
+	}
+	crashed := copyFiles(t, s.Path(), t.TempDir(), "", "-wal")
+	rawExec(t, crashed, "PRAGMA wal_checkpoint(TRUNCATE)") // the purged rows, in the database file itself
+	corruptLeaf(t, crashed, "priority_codes")
+
+	_, err := Open(crashed, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.ErrorIs(t, err, ErrDamaged)
+	assert.Contains(t, err.Error(), "quick_check")
+	db, err := sqlOpen(crashed)
+	require.NoError(t, err)
+	defer db.Close()
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM sessions`).Scan(&n))
+	assert.Equal(t, 12, n, "the refused file still holds every row, the purged ones included")
+}
+
+// Close spends at most closeCleanBudget on the purged rows the cleaner
+// left, and says so; the next Open deletes the rest.
+func TestCloseLeavesWhatItsBudgetDoesNotCover(t *testing.T) {
+	defer func(b time.Duration) { closeCleanBudget = b }(closeCleanBudget)
+	closeCleanBudget = 0
+	path := filepath.Join(t.TempDir(), "m.db")
+	closeLog := &sessiontest.LogBuffer{}
+	s, err := Open(path, Options{Logger: slog.New(slog.NewTextHandler(closeLog, nil))})
+	require.NoError(t, err)
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	for _, id := range []string{"a0", "w0", "w1", "w2"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	now := epoch.Add(cfg.WaitingTimeout + time.Second)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "a0", LastActive: now}}))
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, rep.PurgedWaiting)
+	require.NoError(t, s.Close())
+	assert.Contains(t, closeLog.String(), "purged sessions left at close")
+
+	log := &sessiontest.LogBuffer{}
+	r := reopen(t, path, log)
+	assert.Contains(t, log.String(), "deleted the rows of sessions purged before the last stop")
+	assert.Contains(t, log.String(), "rows=3")
+	assert.Equal(t, 1, physicalRows(t, r, cfg.Name))
+}

@@ -484,14 +484,24 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 		s.log.Info("anteroom: database schema migrated", "path", s.path, "applied", applied, "version", SchemaVersion)
 	}
 	// The rows of purged waiters that a process stopped before deleting
-	// (clean.go): gone before anything counts or indexes the rows.
-	cleaned, err := cleanAll(ctx, conn, s.path)
-	if err != nil {
+	// (clean.go): gone before anything counts or indexes the rows, and
+	// only once quick_check found the file sound (nothing is written to a
+	// file Open refuses).
+	purged, err := purgedToDelete(ctx, conn, s.path)
+	if err != nil || len(purged) > 0 {
 		if checked != nil {
-			if cerr := <-checked; cerr != nil {
-				return cerr
+			cerr := <-checked
+			checked = nil
+			if cerr != nil {
+				return cerr // a damaged file: say so, whatever the check of the marks met
 			}
 		}
+	}
+	if err != nil {
+		return err
+	}
+	cleaned, err := purgedDelete(ctx, conn, purged)
+	if err != nil {
 		return err
 	}
 	if cleaned > 0 {
@@ -971,9 +981,13 @@ func (s *Store) Close() error {
 		<-s.recordDone
 		// What the cleaner left: the next start would do it otherwise,
 		// and read every row for its index instead of the snapshot.
-		if n, cerr := s.cleanRest(); cerr != nil {
+		n, left, cerr := s.cleanRest()
+		switch {
+		case cerr != nil:
 			s.log.Warn("anteroom: deleting purged sessions at close failed; the next start deletes them", "path", s.path, "err", cerr)
-		} else if n > 0 {
+		case left > 0:
+			s.log.Info("anteroom: purged sessions left at close (its time for them was up); the next start deletes them", "path", s.path, "rows_deleted", n, "gates_left", left)
+		case n > 0:
 			s.log.Debug("anteroom: purged sessions deleted at close", "path", s.path, "rows", n)
 		}
 		// The last checkpoint: backfill every frame and empty the WAL.
