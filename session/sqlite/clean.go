@@ -33,8 +33,12 @@ var cleanChunk int64 = 32
 var testHookClean atomic.Pointer[func()]
 
 // cleanRetry is how long the cleaner waits after a failed op before it
-// tries the gate again.
-const cleanRetry = time.Second
+// tries the gate again, doubled while it keeps failing, up to
+// cleanRetryMax. Variables for the tests.
+var (
+	cleanRetry    = time.Second
+	cleanRetryMax = time.Minute
+)
 
 // cleaner is the Store's cleaner: the gates with purged rows to delete,
 // and its goroutine.
@@ -67,9 +71,12 @@ func (c *cleaner) halt() {
 }
 
 // cleanWanted tells the cleaner that gate has purged rows to delete. The
-// writer calls it inside the transaction that raised the mark; the cleaner
-// starts when the Update ends (cleanStart). Its ops delete only what the
-// stored mark covers, which never runs ahead of what was counted out.
+// writer calls it once the transaction that raised the mark committed; the
+// cleaner is kicked when the Update ends (cleanStart), or picks the gate
+// up sooner when it is already running. Its ops delete only what the
+// stored mark covers, which never runs ahead of what was counted out; an
+// op that runs in a later transaction of the update sees the mark as
+// committed.
 func (s *Store) cleanWanted(gate string) {
 	c := s.clean
 	c.mu.Lock()
@@ -79,8 +86,8 @@ func (s *Store) cleanWanted(gate string) {
 }
 
 // cleanStart starts the cleaner on what it was given, if anything: at the
-// end of an Update, so that its writes do not interleave with the
-// update's own transactions.
+// end of an Update, so that it does not compete with the update's own
+// transactions (it may, when it was already running for another gate).
 func (s *Store) cleanStart() {
 	c := s.clean
 	c.mu.Lock()
@@ -109,6 +116,7 @@ func (s *Store) runCleaner() {
 		close(c.done)
 	}()
 	ctx := c.ctx
+	retry := cleanRetry
 	for {
 		select {
 		case <-c.stop:
@@ -150,8 +158,11 @@ func (s *Store) runCleaner() {
 			select {
 			case <-c.stop:
 				return
-			case <-time.After(cleanRetry):
+			case <-time.After(retry):
 			}
+			retry = min(2*retry, cleanRetryMax)
+		} else {
+			retry = cleanRetry
 		}
 		if more {
 			select {
@@ -216,6 +227,8 @@ func (s *Store) WaitClean(ctx context.Context) error {
 	select {
 	case <-idle:
 		return nil
+	case <-c.done: // closed: Close deletes what is left
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -233,17 +246,17 @@ var (
 // which: the writer's cache may have been dropped by a failed transaction,
 // and the cleaner forgets a gate when it starts on it), restChunk rows a
 // statement with a passive checkpoint between statements, until none is
-// left or closeCleanBudget is spent. It returns how many rows it deleted
-// and how many gates it left rows in.
-func (s *Store) cleanRest() (deleted int64, left int, err error) {
+// left or closeCleanBudget is spent. It returns how many rows it deleted,
+// and whether it stopped for the budget (rows may be left).
+func (s *Store) cleanRest() (deleted int64, stopped bool, err error) {
 	st, err := prepareOn(s.wc.c, `SELECT name FROM gates WHERE purged_seen > -9223372036854775808 OR purged_position > -9223372036854775808`)
 	if err != nil {
-		return 0, 0, fmt.Errorf("delete purged sessions: %w", err)
+		return 0, false, fmt.Errorf("delete purged sessions: %w", err)
 	}
 	defer st.st.Close()
 	rows, err := s.wc.query(st)
 	if err != nil {
-		return 0, 0, fmt.Errorf("delete purged sessions: %w", err)
+		return 0, false, fmt.Errorf("delete purged sessions: %w", err)
 	}
 	var names []string
 	var dest [1]driver.Value
@@ -254,22 +267,22 @@ func (s *Store) cleanRest() (deleted int64, left int, err error) {
 		}
 		if err != nil {
 			rows.Close()
-			return 0, 0, fmt.Errorf("delete purged sessions: %w", err)
+			return 0, false, fmt.Errorf("delete purged sessions: %w", err)
 		}
 		names = append(names, asString(dest[0]))
 	}
 	if err := rows.Close(); err != nil {
-		return 0, 0, fmt.Errorf("delete purged sessions: %w", err)
+		return 0, false, fmt.Errorf("delete purged sessions: %w", err)
 	}
 	deadline := time.Now().Add(closeCleanBudget)
-	for i, name := range names {
+	for _, name := range names {
 		for {
-			if time.Now().After(deadline) {
-				return deleted, len(names) - i, nil
+			if !time.Now().Before(deadline) {
+				return deleted, true, nil
 			}
 			n, err := s.wc.exec(s.wc.cleanPurged, name, restChunk)
 			if err != nil {
-				return deleted, len(names) - i, fmt.Errorf("delete purged sessions of gate %q: %w", name, err)
+				return deleted, false, fmt.Errorf("delete purged sessions of gate %q: %w", name, err)
 			}
 			deleted += n
 			if n < restChunk {
@@ -278,7 +291,7 @@ func (s *Store) cleanRest() (deleted int64, left int, err error) {
 			_, _, _, _ = checkpoint(&s.wc, s.wc.checkpoint) // keep the WAL short; the final checkpoint reports failures
 		}
 	}
-	return deleted, 0, nil
+	return deleted, false, nil
 }
 
 // purgedToDelete checks the purge mark of every gate on conn before the
@@ -293,7 +306,7 @@ func (s *Store) cleanRest() (deleted int64, left int, err error) {
 // rows the mark leaves live), refuses the file with ErrDamaged.
 func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string, error) {
 	rows, err := conn.QueryContext(ctx, `SELECT name, typeof(purged_seen) = 'integer' AND typeof(purged_position) = 'integer', waiting, purged_seen > ? FROM gates `+
-		`WHERE purged_seen IS NOT -9223372036854775808 OR purged_position IS NOT -9223372036854775808`, time.Now().Add(markHorizon).UnixNano())
+		`WHERE purged_seen IS NOT -9223372036854775808 OR purged_position IS NOT -9223372036854775808`, wallNow().Add(markHorizon).UnixNano())
 	if err != nil {
 		return nil, fmt.Errorf("check purge marks: %w", err)
 	}
@@ -353,7 +366,10 @@ func purgedDelete(ctx context.Context, conn *sql.Conn, gates []string) (int64, e
 			if err != nil {
 				return total, fmt.Errorf("delete purged sessions of gate %q: %w", g, err)
 			}
-			n, _ := res.RowsAffected()
+			n, err := res.RowsAffected()
+			if err != nil {
+				return total, fmt.Errorf("delete purged sessions of gate %q: %w", g, err)
+			}
 			total += n
 			if n < restChunk {
 				break
@@ -367,9 +383,14 @@ func purgedDelete(ctx context.Context, conn *sql.Conn, gates []string) (int64, e
 }
 
 // markHorizon is how far ahead of the clock a purge mark may lie before
-// Open calls it damaged: a mark is an update's cutoff, in the past when it
-// was written; the year leaves room for a clock that was wrong.
+// Open calls it damaged: a mark is a purged waiter's last sign of life, in
+// the past when it was written; the year leaves room for a clock that was
+// wrong.
 const markHorizon = 365 * 24 * time.Hour
+
+// wallNow is the clock of Open's check of the marks; a variable for the
+// tests.
+var wallNow = time.Now
 
 // markAdvice says how to go on from a damaged purge mark of gate.
 func markAdvice(gate string) string {

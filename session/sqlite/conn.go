@@ -27,6 +27,9 @@ const (
 	// condition: the writer's statements with the mark it holds (?mark:
 	// two parameters), which runs ahead of the stored one inside a
 	// transaction; the others with the mark as stored, in their snapshot.
+	// sqlSelectRow and sqlRowExists, which the writer also runs, take the
+	// stored mark: the writer reaches a row by its id only through the id
+	// index, which drops a purged session in the transaction that purges it.
 	//
 	// The first waiting position is sought from a lower bound the writer
 	// keeps (every active position is below every waiting one, so without it

@@ -135,8 +135,8 @@ func tightenFiles(path string, log *slog.Logger) {
 
 // ErrDamaged is matched (errors.Is) by the error Open returns when the
 // database is not the one its identity file describes (empty, replaced,
-// rolled back, its WAL truncated) or fails SQLite's quick_check. The error
-// says what was found and how to go on. It also matches a
+// rolled back, its WAL truncated), fails SQLite's quick_check, or holds a
+// damaged purge mark. The error says what was found and how to go on. It also matches a
 // session.CodeInternal error.
 var ErrDamaged = errors.New("anteroom: database damaged")
 

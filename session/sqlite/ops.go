@@ -474,8 +474,8 @@ func (s *Store) applySecret(o *op) error {
 	return nil
 }
 
-// waitingPositions reads the positions of the gate's live waiters,
-// ascending, below the purge mark m.
+// waitingPositions reads the positions of the gate's live waiters (those
+// the purge mark m leaves live), ascending.
 func (s *Store) waitingPositions(gate string, m purgeMark, hint int64) ([]int64, error) {
 	rows, err := s.wc.query(s.wc.waitingPos, gate, m.seen, m.pos)
 	if err != nil {

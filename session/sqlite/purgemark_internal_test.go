@@ -469,8 +469,13 @@ func TestCloseAfterAFailedBatchLeavesNoPurgedRows(t *testing.T) {
 // WaitClean does not wait for a cleaner that Close stopped.
 func TestWaitCleanReturnsAtClose(t *testing.T) {
 	s, _, _, _ := purgeFixture(t) // the cleaner is held with work to do
+	s.clean.mu.Lock()
+	busy := s.clean.busy
+	s.clean.mu.Unlock()
+	require.True(t, busy, "the premise: the cleaner has work")
 	done := make(chan error, 1)
 	go func() { done <- s.WaitClean(context.Background()) }()
+	require.Never(t, func() bool { return len(done) > 0 }, 50*time.Millisecond, 5*time.Millisecond, "WaitClean waits while the cleaner has work")
 	require.NoError(t, s.Close())
 	select {
 	case err := <-done:
@@ -527,7 +532,7 @@ func TestCloseLeavesWhatItsBudgetDoesNotCover(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, rep.PurgedWaiting)
 	require.NoError(t, s.Close())
-	assert.Contains(t, closeLog.String(), "purged sessions left at close")
+	assert.Contains(t, closeLog.String(), "stopped deleting purged sessions at close")
 
 	log := &sessiontest.LogBuffer{}
 	r := reopen(t, path, log)

@@ -31,8 +31,10 @@
 // out, and at Close, always after the WAL and the database are synced).
 // Open refuses (ErrDamaged) a database that has lost what that file
 // records: an empty or zero-length file, another database, a gate whose
-// next_position went back (a truncated WAL, an older copy), and one that
-// fails PRAGMA quick_check; the error says how to override. Ready reports a
+// next_position went back (a truncated WAL, an older copy), one that
+// fails PRAGMA quick_check, and one whose purge mark is damaged (not a
+// number, over a year ahead, or covering rows the counters count); the
+// error says how to override. Ready reports a
 // Store that cannot write (its last write failed on storage, a checkpoint
 // or the identity record failed, the file was removed).
 //
@@ -485,8 +487,8 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	}
 	// The rows of purged waiters that a process stopped before deleting
 	// (clean.go): gone before anything counts or indexes the rows, and
-	// only once quick_check found the file sound (nothing is written to a
-	// file Open refuses).
+	// only once quick_check found the file sound and the marks agree with
+	// the counters.
 	purged, err := purgedToDelete(ctx, conn, s.path)
 	if err != nil || len(purged) > 0 {
 		if checked != nil {
@@ -695,8 +697,10 @@ func (s *Store) Touch(ctx context.Context, gate string, touches []session.Touch)
 	return err
 }
 
-// Update is the cron tick for gate cfg.Name at now: it deletes stale waiting
-// sessions, then stale active ones, then promotes waiters in position order
+// Update is the cron tick for gate cfg.Name at now: it purges stale waiting
+// sessions (by the gate's purge mark: their rows are deleted by the cleaner
+// after the update, clean.go), then deletes stale active ones, then
+// promotes waiters in position order
 // up to session.PromotionCount, touching at most chunk rows per transaction
 // (chunk <= 0 means session.DefaultUpdateChunk). The steps go through the
 // writer, so they
@@ -965,8 +969,10 @@ func (s *Store) probe(ctx context.Context, failed *error) error {
 }
 
 // Close stops accepting operations (later calls return
-// session.ErrUnavailable), runs those already queued, closes the database
-// and releases the lock. It is idempotent and returns the first close error.
+// session.ErrUnavailable), runs those already queued, deletes the rows of
+// purged waiters the cleaner left (for at most 5 s; the next Open deletes
+// the rest), closes the database and releases the lock. It is idempotent
+// and returns the first close error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.clean.halt() // its ops first: the writer answers them
@@ -981,12 +987,12 @@ func (s *Store) Close() error {
 		<-s.recordDone
 		// What the cleaner left: the next start would do it otherwise,
 		// and read every row for its index instead of the snapshot.
-		n, left, cerr := s.cleanRest()
+		n, stopped, cerr := s.cleanRest()
 		switch {
 		case cerr != nil:
 			s.log.Warn("anteroom: deleting purged sessions at close failed; the next start deletes them", "path", s.path, "err", cerr)
-		case left > 0:
-			s.log.Info("anteroom: purged sessions left at close (its time for them was up); the next start deletes them", "path", s.path, "rows_deleted", n, "gates_left", left)
+		case stopped:
+			s.log.Info("anteroom: stopped deleting purged sessions at close (its time for them was up); the next start deletes what is left", "path", s.path, "rows_deleted", n)
 		case n > 0:
 			s.log.Debug("anteroom: purged sessions deleted at close", "path", s.path, "rows", n)
 		}

@@ -197,12 +197,13 @@ func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, cutoff, n int64) (int64
 	last := b.rows[did-1]
 	e.mark = purgeMark{last.LastActive.UnixNano(), last.Position + 1}
 	e.save, e.report = true, true
-	s.cleanWanted(e.name)
+	b.purged = append(b.purged, e.name)
 	return did, nil
 }
 
-// purged accounts for the rows in b.rows that a purge statement deleted,
-// with session.DecidePurge. The statements select stale rows in SQL
+// purged accounts for the rows in b.rows that a purge statement deleted, or
+// that the purge mark is about to cover (purgeSeen), with
+// session.DecidePurge. The statements select stale rows in SQL
 // (last seen below the cutoff of session.StaleCutoffs, or unclaimed past its
 // deadline): a row that session.IsStale does not call stale means the SQL
 // and the rule disagree, and the op fails (its transaction is rolled back)

@@ -181,6 +181,9 @@ type batch struct {
 	// the transaction is rolled back and run again without it.
 	poisoned *op
 	rows     []session.Session // rows read by an op
+	// purged are the gates whose purge mark the transaction raised: the
+	// cleaner is told of them once it commits (clean.go).
+	purged []string
 }
 
 // maxPoisoned is how many poisoned ops a batch survives before it fails as a
@@ -259,10 +262,14 @@ func (s *Store) runBatch(ops []*op) {
 		s.admit(b, o)
 	}
 	for poisoned := 0; len(b.live) > 0; poisoned++ {
+		b.purged = b.purged[:0]
 		gates, err := s.attempt(b)
 		if err == nil {
 			s.stats.txs.Add(1)
 			s.idx.commit()
+			for _, g := range b.purged {
+				s.cleanWanted(g)
+			}
 			if fn := s.listener.Load(); fn != nil && (len(b.events) > 0 || len(gates) > 0) {
 				s.notify(*fn, session.Commit{Events: b.events, Gates: gates})
 			}
