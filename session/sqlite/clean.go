@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,18 +259,7 @@ func (s *Store) cleanRest() (deleted int64, stopped bool, err error) {
 	}
 	var names []string
 	var dest [1]driver.Value
-	for {
-		err := rows.Next(dest[:])
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			rows.Close()
-			return 0, false, fmt.Errorf("delete purged sessions: %w", err)
-		}
-		names = append(names, asString(dest[0]))
-	}
-	if err := rows.Close(); err != nil {
+	if err := eachRow(rows, dest[:], func() { names = append(names, asString(dest[0])) }); err != nil {
 		return 0, false, fmt.Errorf("delete purged sessions: %w", err)
 	}
 	deadline := time.Now().Add(closeCleanBudget)

@@ -294,6 +294,22 @@ func (w *wconn) sessions(rows driver.Rows, gate string, out []session.Session) (
 	}
 }
 
+// eachRow reads rows into dest and calls fn after each, then closes rows.
+// It returns the first error of reading or closing.
+func eachRow(rows driver.Rows, dest []driver.Value, fn func()) error {
+	for {
+		err := rows.Next(dest)
+		if errors.Is(err, io.EOF) {
+			return rows.Close()
+		}
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		fn()
+	}
+}
+
 func asInt(v driver.Value) int64 {
 	n, _ := v.(int64)
 	return n

@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"database/sql/driver"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"time"
 
@@ -168,19 +166,10 @@ func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, cutoff, n int64) (int64
 	}
 	b.rows = b.rows[:0]
 	var dest [5]driver.Value
-	for {
-		err := rows.Next(dest[:])
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			rows.Close()
-			return 0, err
-		}
+	if err := eachRow(rows, dest[:], func() {
 		r := rawRow{position: asInt(dest[0]), id: asString(dest[1]), status: dbWaiting, lastActive: asNullInt(dest[2]), createdAt: asInt(dest[3]), lane: asInt(dest[4])}
 		b.rows = append(b.rows, r.session(e.name))
-	}
-	if err := rows.Close(); err != nil {
+	}); err != nil {
 		return 0, err
 	}
 	did := int64(len(b.rows))
