@@ -42,22 +42,21 @@ var (
 // cleaner is the Store's cleaner: the gates with purged rows to delete,
 // and its goroutine.
 type cleaner struct {
-	ctx    context.Context // canceled by Close
+	ctx    context.Context // canceled by Close (halt)
 	cancel context.CancelFunc
 
 	mu    sync.Mutex
 	gates map[string]bool
 	kick  chan struct{} // 1-buffered: something to clean
-	stop  chan struct{}
-	done  chan struct{}
-	// idle is closed, and replaced, whenever the cleaner has nothing left
-	// to do (WaitClean).
-	idle chan struct{}
+	done  chan struct{} // closed when the goroutine ends
+	// busy: gates were given and not all cleaned yet; idle is closed, and
+	// replaced, whenever that ends (WaitClean).
 	busy bool
+	idle chan struct{}
 }
 
 func newCleaner() *cleaner {
-	c := &cleaner{gates: map[string]bool{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), idle: make(chan struct{})}
+	c := &cleaner{gates: map[string]bool{}, kick: make(chan struct{}, 1), done: make(chan struct{}), idle: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
 }
@@ -65,8 +64,28 @@ func newCleaner() *cleaner {
 // halt stops the cleaner's goroutine and waits for it.
 func (c *cleaner) halt() {
 	c.cancel()
-	close(c.stop)
 	<-c.done
+}
+
+// take returns the gates given since the last take and forgets them; with
+// none, the cleaner is idle.
+func (c *cleaner) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.gates) == 0 {
+		if c.busy {
+			c.busy = false
+			close(c.idle)
+			c.idle = make(chan struct{})
+		}
+		return nil
+	}
+	gates := make([]string, 0, len(c.gates))
+	for g := range c.gates {
+		gates = append(gates, g)
+	}
+	clear(c.gates)
+	return gates
 }
 
 // cleanWanted tells the cleaner that gate has purged rows to delete. The
@@ -101,73 +120,47 @@ func (s *Store) cleanStart() {
 	}
 }
 
-// runCleaner is the cleaner's goroutine, until Close stops it.
+// runCleaner is the cleaner's goroutine, until Close stops it: once
+// kicked, it cleans the gates it was given until none is left, and waits
+// between passes while one keeps failing.
 func (s *Store) runCleaner() {
 	c := s.clean
-	defer func() {
-		c.mu.Lock()
-		if c.busy { // stopped with work left: Close deletes it; nobody waits for it
-			c.busy = false
-			close(c.idle)
-			c.idle = make(chan struct{})
-		}
-		c.mu.Unlock()
-		close(c.done)
-	}()
+	defer close(c.done)
 	ctx := c.ctx
 	retry := cleanRetry
 	for {
 		select {
-		case <-c.stop:
+		case <-ctx.Done():
 			return
 		case <-c.kick:
 		}
 		if h := testHookClean.Load(); h != nil {
 			(*h)()
 		}
-		c.mu.Lock()
-		gates := make([]string, 0, len(c.gates))
-		for g := range c.gates {
-			gates = append(gates, g)
-		}
-		clear(c.gates)
-		c.mu.Unlock()
-		failed := false
-		for _, g := range gates {
-			if err := s.cleanGate(ctx, g); err != nil {
+		for gates := c.take(); len(gates) > 0; gates = c.take() {
+			failed := false
+			for _, g := range gates {
+				err := s.cleanGate(ctx, g)
+				if err == nil {
+					continue
+				}
 				if ctx.Err() != nil {
 					return // closing: Close deletes what is left
 				}
-				s.log.Warn("anteroom: deleting purged sessions failed; retrying", "path", s.path, "gate", g, "err", err)
-				c.mu.Lock()
-				c.gates[g] = true
-				c.mu.Unlock()
+				s.log.Warn("anteroom: deleting purged sessions failed; retrying", "path", s.path, "gate", g, "err", err, "retry_in", retry)
+				s.cleanWanted(g)
 				failed = true
 			}
-		}
-		c.mu.Lock()
-		more := len(c.gates) > 0
-		if !more {
-			c.busy = false
-			close(c.idle)
-			c.idle = make(chan struct{})
-		}
-		c.mu.Unlock()
-		if failed {
+			if !failed {
+				retry = cleanRetry
+				continue
+			}
 			select {
-			case <-c.stop:
+			case <-ctx.Done():
 				return
 			case <-time.After(retry):
 			}
 			retry = min(2*retry, cleanRetryMax)
-		} else {
-			retry = cleanRetry
-		}
-		if more {
-			select {
-			case c.kick <- struct{}{}:
-			default:
-			}
 		}
 	}
 }
@@ -262,21 +255,36 @@ func (s *Store) cleanRest() (deleted int64, stopped bool, err error) {
 	if err := eachRow(rows, dest[:], func() { names = append(names, asString(dest[0])) }); err != nil {
 		return 0, false, fmt.Errorf("delete purged sessions: %w", err)
 	}
-	deadline := time.Now().Add(closeCleanBudget)
-	for _, name := range names {
+	return deleteInChunks(names, time.Now().Add(closeCleanBudget),
+		func(gate string) (int64, error) { return s.wc.exec(s.wc.cleanPurged, gate, restChunk) },
+		func() error {
+			_, _, _, _ = checkpoint(&s.wc, s.wc.checkpoint) // the final checkpoint reports failures
+			return nil
+		})
+}
+
+// deleteInChunks deletes the purged rows of gates with del (restChunk rows
+// a call, returning how many it deleted) until none is left, running
+// ckpt between calls to keep the WAL short, and stops at deadline (zero:
+// none). It returns how many rows it deleted and whether the deadline
+// stopped it.
+func deleteInChunks(gates []string, deadline time.Time, del func(gate string) (int64, error), ckpt func() error) (deleted int64, stopped bool, err error) {
+	for _, g := range gates {
 		for {
-			if !time.Now().Before(deadline) {
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
 				return deleted, true, nil
 			}
-			n, err := s.wc.exec(s.wc.cleanPurged, name, restChunk)
+			n, err := del(g)
 			if err != nil {
-				return deleted, false, fmt.Errorf("delete purged sessions of gate %q: %w", name, err)
+				return deleted, false, fmt.Errorf("delete purged sessions of gate %q: %w", g, err)
 			}
 			deleted += n
 			if n < restChunk {
 				break
 			}
-			_, _, _, _ = checkpoint(&s.wc, s.wc.checkpoint) // keep the WAL short; the final checkpoint reports failures
+			if err := ckpt(); err != nil {
+				return deleted, false, fmt.Errorf("delete purged sessions of gate %q: %w", g, err)
+			}
 		}
 	}
 	return deleted, false, nil
@@ -347,27 +355,19 @@ func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string,
 // purgedToDelete and the quick_check verdict), restChunk rows a statement
 // with a passive checkpoint between statements, and returns how many.
 func purgedDelete(ctx context.Context, conn *sql.Conn, gates []string) (int64, error) {
-	var total int64
-	for _, g := range gates {
-		for {
-			res, err := conn.ExecContext(ctx, sqlCleanPurged, g, restChunk)
+	n, _, err := deleteInChunks(gates, time.Time{},
+		func(gate string) (int64, error) {
+			res, err := conn.ExecContext(ctx, sqlCleanPurged, gate, restChunk)
 			if err != nil {
-				return total, fmt.Errorf("delete purged sessions of gate %q: %w", g, err)
+				return 0, err
 			}
-			n, err := res.RowsAffected()
-			if err != nil {
-				return total, fmt.Errorf("delete purged sessions of gate %q: %w", g, err)
-			}
-			total += n
-			if n < restChunk {
-				break
-			}
-			if _, err := conn.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
-				return total, fmt.Errorf("delete purged sessions of gate %q: %w", g, err)
-			}
-		}
-	}
-	return total, nil
+			return res.RowsAffected()
+		},
+		func() error {
+			_, err := conn.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+			return err
+		})
+	return n, err
 }
 
 // markHorizon is how far ahead of the clock a purge mark may lie before

@@ -58,9 +58,7 @@ func physicalRows(t *testing.T, s *Store, gate string) int {
 // at now purged w1..w4, between live waiters.
 func purgeFixture(t *testing.T) (s *Store, cfg session.GateConfig, now time.Time, release func()) {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s = openInternal(t)
 	release = holdCleaner(t, s)
 	ctx := context.Background()
 	cfg = sessiontest.GateConfig("default", 2)
@@ -147,9 +145,7 @@ func TestPurgedWaitersAreGoneBeforeTheirRowsAre(t *testing.T) {
 // run of waiters last seen at the same instant (the mark then names a
 // position too).
 func TestAPurgeInSmallTransactionsReportsEachWaiterOnce(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t)
 	ctx := context.Background()
 	cfg := sessiontest.GateConfig("default", 1)
 	const waiters = 40
@@ -219,6 +215,8 @@ func TestAWaiterDatedBelowTheMarkStaysLive(t *testing.T) {
 // them in the file: the next Open deletes them before it reads anything,
 // so that its index and counters hold only live sessions.
 func TestOpenDeletesThePurgedRowsAStopLeft(t *testing.T) {
+	defer func(n int64) { restChunk = n }(restChunk)
+	restChunk = 3 // the four rows take two statements and a checkpoint
 	s, cfg, _, _ := purgeFixture(t)
 	crashed := copyFiles(t, s.Path(), t.TempDir(), "", "-wal")
 	log := &sessiontest.LogBuffer{}
@@ -236,6 +234,8 @@ func TestOpenDeletesThePurgedRowsAStopLeft(t *testing.T) {
 // Close deletes what the cleaner left, so that the next start finds a file
 // without purged rows and takes the index's snapshot.
 func TestCloseDeletesThePurgedRowsLeft(t *testing.T) {
+	defer func(n int64) { restChunk = n }(restChunk)
+	restChunk = 3 // the four rows take two statements and a checkpoint
 	s, cfg, _, _ := purgeFixture(t)
 	path := s.Path()
 	require.NoError(t, s.Close()) // with the cleaner held
@@ -252,9 +252,7 @@ func TestCloseDeletesThePurgedRowsLeft(t *testing.T) {
 // rows, still in the table, to the live waiters behind them, and the line's
 // bounds leave out the purged rows at its end.
 func TestAnUpdatePromotesPastPurgedWaiters(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t)
 	holdCleaner(t, s)
 	ctx := context.Background()
 	cfg := sessiontest.GateConfig("default", 2)
@@ -292,9 +290,7 @@ func TestAnUpdatePromotesPastPurgedWaiters(t *testing.T) {
 // The priority lane is promoted first, from its own index: a purged
 // priority waiter, still in the table, is neither promoted nor loaded.
 func TestPurgedPriorityWaitersAreNotPromoted(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t)
 	holdCleaner(t, s)
 	ctx := context.Background()
 	cfg := sessiontest.GateConfig("default", 1)
@@ -383,12 +379,10 @@ func TestOpenRefusesADamagedPurgeMark(t *testing.T) {
 // slot, until the clock caught up. The mark is a purged waiter's own sign
 // of life, never the cutoff.
 func TestAnUpdateOnAClockAheadLeavesNoMarkAhead(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "m.db"), Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openInternal(t)
 	ctx := context.Background()
 	cfg := sessiontest.GateConfig("default", 1)
-	_, err = s.Join(ctx, cfg, "a0", epoch)
+	_, err := s.Join(ctx, cfg, "a0", epoch)
 	require.NoError(t, err)
 	_, err = s.Join(ctx, cfg, "w0", epoch)
 	require.NoError(t, err)
@@ -539,4 +533,36 @@ func TestCloseLeavesWhatItsBudgetDoesNotCover(t *testing.T) {
 	assert.Contains(t, log.String(), "deleted the rows of sessions purged before the last stop")
 	assert.Contains(t, log.String(), "rows=3")
 	assert.Equal(t, 1, physicalRows(t, r, cfg.Name))
+}
+
+// The cleaner is told of a gate only once the transaction that raised its
+// mark committed: told before, a running cleaner's op could be taken into
+// that same transaction, see the mark as stored before it, delete nothing
+// of the new purge and forget the gate. A transaction that fails tells it
+// nothing.
+func TestTheCleanerHearsOfAPurgeOnlyAfterItsCommit(t *testing.T) {
+	s := openInternal(t)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	for _, id := range []string{"a0", "w0", "w1"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	now := epoch.Add(cfg.WaitingTimeout + time.Second)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "a0", LastActive: now}}))
+	setHooks(t, nil, func() error { return errors.New("injected commit failure") })
+	_, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.Error(t, err)
+	s.clean.mu.Lock()
+	gates, busy := len(s.clean.gates), s.clean.busy
+	s.clean.mu.Unlock()
+	assert.Zero(t, gates, "no gate was handed to the cleaner")
+	assert.False(t, busy)
+
+	testHookBeforeCommit = nil
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, rep.PurgedWaiting)
+	require.NoError(t, s.WaitClean(ctx))
+	assert.Equal(t, 1, physicalRows(t, s, cfg.Name))
 }
