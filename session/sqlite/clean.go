@@ -12,8 +12,9 @@ import (
 	"time"
 )
 
-// The cleaner deletes the rows of the waiters an update purged by raising
-// its gate's purge mark (migrations/0011, update.go's purgeSeen). Those
+// The cleaner deletes the rows of the waiters and active sessions an update
+// purged by raising its gate's purge marks (migrations/0011, 0012,
+// update.go's purgeSeen). Those
 // rows are gone for every reader already, counted out and reported; the
 // cleaner only gives their space back. It runs beside the writer, a few
 // rows an op, so that a join waits behind it for a millisecond or two,
@@ -241,7 +242,8 @@ var (
 // left or closeCleanBudget is spent. It returns how many rows it deleted,
 // and whether it stopped for the budget (rows may be left).
 func (s *Store) cleanRest() (deleted int64, stopped bool, err error) {
-	st, err := prepareOn(s.wc.c, `SELECT name FROM gates WHERE purged_seen > -9223372036854775808 OR purged_position > -9223372036854775808`)
+	st, err := prepareOn(s.wc.c, `SELECT name FROM gates WHERE purged_seen > -9223372036854775808 OR purged_position > -9223372036854775808 `+
+		`OR active_purged_seen > -9223372036854775808 OR active_purged_position > -9223372036854775808`)
 	if err != nil {
 		return 0, false, fmt.Errorf("delete purged sessions: %w", err)
 	}
@@ -290,32 +292,35 @@ func deleteInChunks(gates []string, deadline time.Time, del func(gate string) (i
 	return deleted, false, nil
 }
 
-// purgedToDelete checks the purge mark of every gate on conn before the
+// purgedToDelete checks the purge marks of every gate on conn before the
 // writer starts (Open) and returns the gates with purged rows that a
 // process that stopped first left; purgedDelete deletes them.
 //
-// The mark decides which rows go, so it is checked first, as the counters
-// are: a mark that is not an integer, lies more than markHorizon ahead of
-// the clock, or covers rows the counters still count (a value edited or
-// damaged on disk: the counters and the mark are written in the same
-// transaction, so after any crash the counters count exactly the waiting
-// rows the mark leaves live), refuses the file with ErrDamaged.
+// The marks decide which rows go, so they are checked first, as the
+// counters are: a mark that is not an integer, lies more than markHorizon
+// ahead of the clock, or covers rows the counters still count (a value
+// edited or damaged on disk: the counters and the marks are written in the
+// same transaction, so after any crash the counters count exactly the rows
+// the marks leave live), refuses the file with ErrDamaged.
 func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string, error) {
-	rows, err := conn.QueryContext(ctx, `SELECT name, typeof(purged_seen) = 'integer' AND typeof(purged_position) = 'integer', waiting, purged_seen > ? FROM gates `+
-		`WHERE purged_seen IS NOT -9223372036854775808 OR purged_position IS NOT -9223372036854775808`, wallNow().Add(markHorizon).UnixNano())
+	rows, err := conn.QueryContext(ctx, `SELECT name, `+
+		`typeof(purged_seen) = 'integer' AND typeof(purged_position) = 'integer' AND typeof(active_purged_seen) = 'integer' AND typeof(active_purged_position) = 'integer', `+
+		`waiting, active, purged_seen > ?1 OR active_purged_seen > ?1 FROM gates `+
+		`WHERE purged_seen IS NOT -9223372036854775808 OR purged_position IS NOT -9223372036854775808 `+
+		`OR active_purged_seen IS NOT -9223372036854775808 OR active_purged_position IS NOT -9223372036854775808`, wallNow().Add(markHorizon).UnixNano())
 	if err != nil {
 		return nil, fmt.Errorf("check purge marks: %w", err)
 	}
 	type gateMark struct {
-		name    string
-		ok      bool
-		waiting int64
-		future  bool
+		name            string
+		ok              bool
+		waiting, active int64
+		future          bool
 	}
 	var gates []gateMark
 	for rows.Next() {
 		var g gateMark
-		if err := rows.Scan(&g.name, &g.ok, &g.waiting, &g.future); err != nil {
+		if err := rows.Scan(&g.name, &g.ok, &g.waiting, &g.active, &g.future); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("check purge marks: %w", err)
 		}
@@ -327,26 +332,40 @@ func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string,
 	var out []string
 	for _, g := range gates {
 		if !g.ok || g.future {
-			return nil, damaged("database %s: the purge mark of gate %q (purged_seen, purged_position in table gates) is not a number or lies more than a year ahead, so which waiting rows it purged is unknown. %s",
+			return nil, damaged("database %s: a purge mark of gate %q (purged_seen, purged_position or active_purged_seen, active_purged_position in table gates) is not a number or lies more than a year ahead, so which rows it purged is unknown. %s",
 				path, g.name, markAdvice(g.name))
 		}
-		var covered int64
-		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL `+
-			`AND (last_active, position) < (SELECT purged_seen, purged_position FROM gates WHERE name = ?1)`, g.name).Scan(&covered); err != nil {
-			return nil, fmt.Errorf("check the purge mark of gate %q: %w", g.name, err)
+		anyCovered := false
+		for _, k := range []struct {
+			status  int64
+			what    string
+			cols    string
+			counted int64
+		}{
+			{dbWaiting, "waiting", "purged_seen, purged_position", g.waiting},
+			{dbActive, "active", "active_purged_seen, active_purged_position", g.active},
+		} {
+			var covered int64
+			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = ?2 AND notify = 0 AND last_active IS NOT NULL `+
+				`AND (last_active, position) < (SELECT `+k.cols+` FROM gates WHERE name = ?1)`, g.name, k.status).Scan(&covered); err != nil {
+				return nil, fmt.Errorf("check the purge marks of gate %q: %w", g.name, err)
+			}
+			if covered == 0 {
+				continue // nothing to delete
+			}
+			anyCovered = true
+			var stored int64
+			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE gate = ? AND status = ?`, g.name, k.status).Scan(&stored); err != nil {
+				return nil, fmt.Errorf("check the purge marks of gate %q: %w", g.name, err)
+			}
+			if stored-covered != k.counted {
+				return nil, damaged("database %s: the %s purge mark of gate %q covers %d of its %d %s rows, but its counter counts %d %s sessions, not %d: the mark or the counter was edited or damaged, and deleting the rows it covers could lose live sessions. %s",
+					path, k.what, g.name, covered, stored, k.what, k.counted, k.what, stored-covered, markAdvice(g.name))
+			}
 		}
-		if covered == 0 {
-			continue // nothing to delete: the file is not written
+		if anyCovered {
+			out = append(out, g.name) // else the file is not written
 		}
-		var waitingRows int64
-		if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE gate = ? AND status = 0`, g.name).Scan(&waitingRows); err != nil {
-			return nil, fmt.Errorf("check the purge mark of gate %q: %w", g.name, err)
-		}
-		if waitingRows-covered != g.waiting {
-			return nil, damaged("database %s: the purge mark of gate %q covers %d of its %d waiting rows, but its counter counts %d waiting sessions, not %d: the mark or the counter was edited or damaged, and deleting the rows it covers could lose live sessions. %s",
-				path, g.name, covered, waitingRows, g.waiting, waitingRows-covered, markAdvice(g.name))
-		}
-		out = append(out, g.name)
 	}
 	return out, nil
 }
@@ -371,7 +390,7 @@ func purgedDelete(ctx context.Context, conn *sql.Conn, gates []string) (int64, e
 }
 
 // markHorizon is how far ahead of the clock a purge mark may lie before
-// Open calls it damaged: a mark is a purged waiter's last sign of life, in
+// Open calls it damaged: a mark is a purged session's last sign of life, in
 // the past when it was written; the year leaves room for a clock that was
 // wrong.
 const markHorizon = 365 * 24 * time.Hour
@@ -382,6 +401,7 @@ var wallNow = time.Now
 
 // markAdvice says how to go on from a damaged purge mark of gate.
 func markAdvice(gate string) string {
-	return fmt.Sprintf("Restore it from a backup; to keep every row and let the next updates purge again whoever is stale (some departures are then reported twice), reset the mark: "+
-		"UPDATE gates SET purged_seen = -9223372036854775808, purged_position = -9223372036854775808 WHERE name = '%s'", strings.ReplaceAll(gate, "'", "''"))
+	return fmt.Sprintf("Restore it from a backup; to keep every row and let the next updates purge again whoever is stale (some departures are then reported twice), reset the marks: "+
+		"UPDATE gates SET purged_seen = -9223372036854775808, purged_position = -9223372036854775808, active_purged_seen = -9223372036854775808, active_purged_position = -9223372036854775808 WHERE name = '%s'",
+		strings.ReplaceAll(gate, "'", "''"))
 }

@@ -17,9 +17,9 @@ import (
 // The SQL of the writer. Every statement is prepared once on the writer
 // connection at Open.
 const (
-	sqlSelectGate = `SELECT next_position, active, waiting, pace_tokens, pace_at, purged_seen, purged_position FROM gates WHERE name = ?`
+	sqlSelectGate = `SELECT next_position, active, waiting, pace_tokens, pace_at, purged_seen, purged_position, active_purged_seen, active_purged_position FROM gates WHERE name = ?`
 	sqlInsertGate = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
-	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ?, purged_seen = ?, purged_position = ? WHERE name = ?`
+	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ?, purged_seen = ?, purged_position = ?, active_purged_seen = ?, active_purged_position = ? WHERE name = ?`
 	// A waiting row is live unless the update purged it (migrations/0011):
 	// not to be called back, and its (last_active, position) below the
 	// gate's purge mark. The purged rows wait for the cleaner, and every
@@ -30,6 +30,10 @@ const (
 	// sqlSelectRow and sqlRowExists, which the writer also runs, take the
 	// stored mark: the writer reaches a row by its id only through the id
 	// index, which drops a purged session in the transaction that purges it.
+	//
+	// An active row is live in the same way unless the update purged it
+	// (migrations/0012): not to be called back, and its (last_active,
+	// position) below the gate's active mark.
 	//
 	// The first waiting position is sought from a lower bound the writer
 	// keeps (every active position is below every waiting one, so without it
@@ -63,25 +67,42 @@ const (
 	sqlStaleSeen = `SELECT position, id, last_active, created_at, lane FROM sessions INDEXED BY sessions_seen ` +
 		`WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
 		`ORDER BY last_active, position LIMIT ?5`
+	// sqlStaleActiveSeen reads the idle active sessions the update purges by
+	// raising the active mark (migrations/0012), as sqlStaleSeen reads the
+	// waiters; claim_deadline, which the index does not hold, decides the
+	// reason reported (idle, or unclaimed).
+	sqlStaleActiveSeen = `SELECT position, id, last_active, created_at, lane, claim_deadline FROM sessions INDEXED BY sessions_seen ` +
+		`WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
+		`ORDER BY last_active, position LIMIT ?5`
 	sqlPurgeUnseen = `DELETE FROM sessions WHERE gate = ?1 AND position IN (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 LIMIT ?3` +
 		`) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
+	//
+	// sqlPurgeActive deletes the stale active sessions the active mark does
+	// not purge: called back and never claimed, without a sign of life, or
+	// unclaimed past their deadline while seen since the cutoff (the claim
+	// branch leaves out the rows below the active mark, ?5 and ?6: purged
+	// already).
 	sqlPurgeActive = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
-		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active < ?2 ` +
-		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND last_active < ?2 AND claim_deadline IS NULL ` +
+		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND last_active < ?2 AND claim_deadline IS NULL ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
-		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1)` +
+		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1) AND ` + liveActive5 +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
 	// sqlCleanPurged deletes up to ?2 rows the update purged (below the
-	// stored mark): the cleaner's statement, and Open's.
-	sqlCleanPurged = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions INDEXED BY sessions_seen ` +
-		`WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) < (SELECT purged_seen, purged_position FROM gates WHERE name = ?1) LIMIT ?2)`
+	// stored marks, waiting and active): the cleaner's statement, and Open's.
+	sqlCleanPurged = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
+		`SELECT position FROM sessions INDEXED BY sessions_seen ` +
+		`WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) < (SELECT purged_seen, purged_position FROM gates WHERE name = ?1) ` +
+		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen ` +
+		`WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) < (SELECT active_purged_seen, active_purged_position FROM gates WHERE name = ?1)` +
+		`) LIMIT ?2)`
 	// The active set: the rows below the first waiting position (?2), and
 	// above it only active sessions of the priority lane (promoted ahead
 	// of the normal lane; index sessions_priority_active, migrations/0010),
-	// so the long line is not read.
-	sqlActive = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position < ?2 AND status = 1 ` +
-		`UNION ALL SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions INDEXED BY sessions_priority_active WHERE gate = ?1 AND position >= ?2 AND status = 1 AND lane = 1 ORDER BY position`
+	// so the long line is not read; without those the active mark (?3,
+	// ?4) purged.
+	sqlActive = `SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position < ?2 AND status = 1 AND ` + liveActive3 + ` ` +
+		`UNION ALL SELECT position, id, status, last_active, created_at, claim_deadline, notify, lane FROM sessions INDEXED BY sessions_priority_active WHERE gate = ?1 AND position >= ?2 AND status = 1 AND lane = 1 AND ` + liveActive3 + ` ORDER BY position`
 	sqlWaitingPos = `SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND ` + liveWaiter2 + ` ORDER BY position`
 	sqlKeys       = `SELECT gate, position, id FROM sessions`
 	sqlIDAt       = `SELECT id FROM sessions WHERE gate = ? AND position = ?`
@@ -92,12 +113,17 @@ const (
 )
 
 // The condition of a live row (see sqlBounds), for a waiting row: with the
-// mark as parameters ?N and ?N+1 (liveWaiterN), or as stored (liveStored).
+// mark as parameters ?N and ?N+1 (liveWaiterN); for an active row, with the
+// active mark (liveActiveN, migrations/0012); for any row, with the marks
+// as stored (liveStored).
 const (
 	liveWaiter2 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?2, ?3))`
 	liveWaiter3 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?3, ?4))`
 	liveWaiter4 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?4, ?5))`
-	liveStored  = `(status = 1 OR notify = 1 OR last_active IS NULL OR (last_active, position) >= (SELECT purged_seen, purged_position FROM gates WHERE name = ?1))`
+	liveActive3 = liveWaiter3
+	liveActive5 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?5, ?6))`
+	liveStored  = `(notify = 1 OR last_active IS NULL OR (status = 0 AND (last_active, position) >= (SELECT purged_seen, purged_position FROM gates WHERE name = ?1)) ` +
+		`OR (status = 1 AND (last_active, position) >= (SELECT active_purged_seen, active_purged_position FROM gates WHERE name = ?1)))`
 )
 
 // stmt is a statement prepared on the writer's driver connection.
@@ -127,6 +153,7 @@ type wconn struct {
 	selectGate, insertGate, updateGate, bounds  *stmt
 	selectRow, rowExists, insertRow, updateRow  *stmt
 	deleteRow, firstWaiters, staleSeen          *stmt
+	staleActiveSeen                             *stmt
 	purgeUnseen, cleanPurged                    *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
 	selectMeta, insertMeta, deleteMeta          *stmt
@@ -148,7 +175,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
 		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
-		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen},
+		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleActiveSeen, sqlStaleActiveSeen},
 		{&w.purgeUnseen, sqlPurgeUnseen}, {&w.cleanPurged, sqlCleanPurged},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
@@ -190,7 +217,7 @@ func (w *wconn) close() error {
 		w.begin, w.commit, w.rollback,
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
-		w.deleteRow, w.firstWaiters, w.staleSeen, w.purgeUnseen, w.cleanPurged,
+		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleActiveSeen, w.purgeUnseen, w.cleanPurged,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.allSettings,

@@ -30,7 +30,8 @@ func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 	}{
 		{"purge waiting (the mark)", sqlStaleSeen, "sessions_seen", []any{"default", 1, 2, 3, 10}},
 		{"purge waiting without a sign of life", sqlPurgeUnseen, "sessions_unseen", []any{"default", 1, 10}},
-		{"purge active", sqlPurgeActive, "sessions_seen", []any{"default", 1, 10, 1}},
+		{"purge idle active sessions (the active mark)", sqlStaleActiveSeen, "sessions_seen", []any{"default", 1, 2, 3, 10}},
+		{"purge active", sqlPurgeActive, "sessions_seen", []any{"default", 1, 10, 1, 2, 3}},
 		{"delete purged rows", sqlCleanPurged, "sessions_seen", []any{"default", 10}},
 		{"first waiters", sqlFirstWaiters, "PRIMARY KEY", []any{"default", 1, 10, 1, 2}},
 		{"waiting bounds", sqlBounds, "PRIMARY KEY", []any{"default", 1, 1, 2}},
@@ -73,7 +74,7 @@ func TestPriorityStatementsSearchTheirIndexes(t *testing.T) {
 	}{
 		{"first priority waiters", sqlFirstPriority, "sessions_priority", []any{"default", 10, 1, 2}},
 		{"priority positions", sqlPriorityPos, "sessions_priority", []any{"default", 1, 2}},
-		{"active set", sqlActive, "sessions_priority_active", []any{"default", 100}},
+		{"active set", sqlActive, "sessions_priority_active", []any{"default", 100, 1, 2}},
 	} {
 		rows, err := db.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+tc.q, tc.args...)
 		require.NoError(t, err)

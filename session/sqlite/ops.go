@@ -24,7 +24,7 @@ func (s *Store) gate(b *batch, name string) (*gateEntry, error) {
 	}
 	if e == nil {
 		e = &gateEntry{name: name}
-		var dest [7]driver.Value
+		var dest [9]driver.Value
 		found, err := s.wc.queryRow(s.wc.selectGate, dest[:], name)
 		switch {
 		case err != nil:
@@ -32,10 +32,11 @@ func (s *Store) gate(b *batch, name string) (*gateEntry, error) {
 			e.c = session.Counters{NextPosition: asInt(dest[0]), Active: asInt(dest[1]), Waiting: asInt(dest[2])}
 			e.pace = paceOf(dest[3], dest[4])
 			e.mark = purgeMark{asInt(dest[5]), asInt(dest[6])}
+			e.activeMark = purgeMark{asInt(dest[7]), asInt(dest[8])}
 		default:
 			if _, err = s.wc.exec(s.wc.insertGate, name); err == nil {
 				e.c = session.Counters{NextPosition: 1}
-				e.mark = noMark
+				e.mark, e.activeMark = noMark, noMark
 			}
 		}
 		if err != nil {
@@ -74,7 +75,7 @@ func (s *Store) finish(b *batch) (map[string]session.GateState, error) {
 		if e.save {
 			e.save = false
 			tokens, at := paceRow(e.pace)
-			if _, err := s.wc.exec(s.wc.updateGate, e.c.NextPosition, e.c.Active, e.c.Waiting, tokens, at, e.mark.seen, e.mark.pos, e.name); err != nil {
+			if _, err := s.wc.exec(s.wc.updateGate, e.c.NextPosition, e.c.Active, e.c.Waiting, tokens, at, e.mark.seen, e.mark.pos, e.activeMark.seen, e.activeMark.pos, e.name); err != nil {
 				return nil, fmt.Errorf("save gate %q: %w", e.name, err)
 			}
 		}
@@ -181,17 +182,22 @@ func (s *Store) write(e *gateEntry, out *session.Outcome, sl slot) error {
 	return nil
 }
 
-// keepLive keeps a waiter that is written live: a last sign of life that a
-// clock set back dates below the gate's purge mark would purge the row
-// without a word (nothing counted out, nothing reported), so it is recorded
-// at the mark instead, one nanosecond above it. Such a waiter is stale at
-// the next update all the same, and purged there as any other.
+// keepLive keeps a session that is written live: a last sign of life that
+// a clock set back dates below the gate's purge mark of its status (the
+// waiting or the active mark) would purge the row without a word (nothing
+// counted out, nothing reported), so it is recorded at the mark instead,
+// one nanosecond above it. Such a session is stale at the next update all
+// the same, and purged there as any other.
 func keepLive(e *gateEntry, r *session.Session) {
-	if r.Status != session.StatusWaiting || r.Notify || r.LastActive.IsZero() {
+	if r.Notify || r.LastActive.IsZero() {
 		return
 	}
-	if e.mark.covers(r.LastActive.UnixNano(), r.Position) {
-		r.LastActive = fromNanos(e.mark.seen + 1)
+	m := e.mark
+	if r.Status == session.StatusActive {
+		m = e.activeMark
+	}
+	if m.covers(r.LastActive.UnixNano(), r.Position) {
+		r.LastActive = fromNanos(m.seen + 1)
 	}
 }
 
@@ -430,7 +436,7 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		active, waiting, err := s.loadRows(name, e.mark, st)
+		active, waiting, err := s.loadRows(name, e.mark, e.activeMark, st)
 		if err != nil {
 			return err
 		}

@@ -271,7 +271,7 @@ func TestAnUpdatePromotesPastPurgedWaiters(t *testing.T) {
 	assert.EqualValues(t, 5, rep.PurgedWaiting, "w1..w4 and w9")
 	assert.EqualValues(t, 2, rep.PurgedActive, "a0 and a1, idle")
 	assert.EqualValues(t, 2, rep.Promoted)
-	require.Equal(t, 12-2, physicalRows(t, s, cfg.Name), "the purged waiters' rows are still in the table")
+	require.Equal(t, 12, physicalRows(t, s, cfg.Name), "the purged sessions' rows, waiting and active, are still in the table")
 	for id, want := range map[string]session.Status{"w0": session.StatusActive, "w5": session.StatusActive, "w6": session.StatusWaiting} {
 		got, err := s.Get(ctx, cfg.Name, id)
 		require.NoError(t, err, id)
@@ -285,6 +285,11 @@ func TestAnUpdatePromotesPastPurgedWaiters(t *testing.T) {
 	assert.EqualValues(t, 9, st.FirstWaitingPosition, "w6")
 	assert.EqualValues(t, 11, st.LastWaitingPosition, "w8: w9 is purged")
 	assert.Equal(t, []int64{9, 10, 11}, snaps[cfg.Name].Waiting)
+	var activeIDs []string
+	for _, a := range snaps[cfg.Name].Active {
+		activeIDs = append(activeIDs, a.ID)
+	}
+	assert.Equal(t, []string{"w0", "w5"}, activeIDs, "a0 and a1 are purged")
 }
 
 // The priority lane is promoted first, from its own index: a purged

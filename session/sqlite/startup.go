@@ -185,13 +185,14 @@ func quickCheckAsync(ctx context.Context, dsn, path string) <-chan error {
 	return done
 }
 
-// loadRows reads the gate's active sessions (below its first waiting
+// loadRows reads the gate's live active sessions (below its first waiting
 // position, where every normal-lane active session is, and the priority
-// lane's above it: sqlActive) and its
-// waiting positions, which Open's scan found when nothing changed the
-// gate's rows since (once: Load's caller keeps them).
-func (s *Store) loadRows(gate string, m purgeMark, st session.GateState) ([]session.Session, []int64, error) {
-	rows, err := s.wc.query(s.wc.active, gate, st.FirstWaitingPosition)
+// lane's above it: sqlActive; those the active mark am leaves live) and
+// its waiting positions (those the purge mark m leaves live), which Open's
+// scan found when nothing changed the gate's rows since (once: Load's
+// caller keeps them).
+func (s *Store) loadRows(gate string, m, am purgeMark, st session.GateState) ([]session.Session, []int64, error) {
+	rows, err := s.wc.query(s.wc.active, gate, st.FirstWaitingPosition, am.seen, am.pos)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read active sessions: %w", err)
 	}

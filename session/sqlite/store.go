@@ -32,7 +32,7 @@
 // Open refuses (ErrDamaged) a database that has lost what that file
 // records: an empty or zero-length file, another database, a gate whose
 // next_position went back (a truncated WAL, an older copy), one that
-// fails PRAGMA quick_check, and one whose purge mark is damaged (not a
+// fails PRAGMA quick_check, and one whose purge marks are damaged (not a
 // number, over a year ahead, or covering rows the counters count); the
 // error says how to override. Ready reports a
 // Store that cannot write (its last write failed on storage, a checkpoint
@@ -699,8 +699,10 @@ func (s *Store) Touch(ctx context.Context, gate string, touches []session.Touch)
 
 // Update is the cron tick for gate cfg.Name at now: it purges stale waiting
 // sessions (by the gate's purge mark: their rows are deleted by the cleaner
-// after the update, clean.go), then deletes stale active ones, then
-// promotes waiters in position order
+// after the update, clean.go), then the active sessions idle past the
+// active timeout (by the active purge mark, the same way), then deletes
+// the other stale active ones (called back or promoted and never claimed),
+// then promotes waiters in position order
 // up to session.PromotionCount, touching at most chunk rows per transaction
 // (chunk <= 0 means session.DefaultUpdateChunk). The steps go through the
 // writer, so they

@@ -84,10 +84,11 @@ func (s *Store) othersWait(b *batch) bool {
 
 // The phases of an update, in order.
 const (
-	phasePurgeSeen   = iota // waiters last seen before the cutoff: the purge mark rises over them
-	phasePurgeUnseen        // waiters without a last sign of life (written before 0003), deleted
-	phasePurgeActive        // stale active sessions, deleted
-	phasePromote            // waiters into the freed slots
+	phasePurgeSeen       = iota // waiters last seen before the cutoff: the purge mark rises over them
+	phasePurgeUnseen            // waiters without a last sign of life (written before 0003), deleted
+	phasePurgeActiveSeen        // active sessions idle since before the cutoff: the active mark rises over them
+	phasePurgeActive            // the other stale active sessions (called back, unclaimed, unseen), deleted
+	phasePromote                // waiters into the freed slots
 )
 
 // updateStep runs one statement of an update's current phase on at most n
@@ -96,12 +97,16 @@ const (
 // is done.
 func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int64) (int64, error) {
 	switch st.phase {
-	case phasePurgeSeen:
-		did, err := s.purgeSeen(b, e, o, st.waitingCutoff, n)
-		if err != nil {
-			return 0, fmt.Errorf("purge waiting: %w", err)
+	case phasePurgeSeen, phasePurgeActiveSeen:
+		what, status, cutoff, counted := "purge waiting", session.StatusWaiting, st.waitingCutoff, &st.purgedWaiting
+		if st.phase == phasePurgeActiveSeen {
+			what, status, cutoff, counted = "purge active", session.StatusActive, st.activeCutoff, &st.purgedActive
 		}
-		st.purgedWaiting += did
+		did, err := s.purgeSeen(b, e, o, status, cutoff, n)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", what, err)
+		}
+		*counted += did
 		if did < n {
 			st.phase++
 		}
@@ -111,7 +116,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 		args := []any{e.name, cutoff, n}
 		if st.phase == phasePurgeActive {
 			what, stmt, cutoff = "purge active", s.wc.purgeActive, st.activeCutoff
-			args = []any{e.name, cutoff, n, st.now}
+			args = []any{e.name, cutoff, n, st.now, e.activeMark.seen, e.activeMark.pos}
 		}
 		rows, err := s.wc.query(stmt, args...)
 		if err != nil {
@@ -146,28 +151,36 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 	return did, nil
 }
 
-// purgeSeen purges up to n of the gate's waiters last seen before cutoff
-// (unix nanoseconds) and not to be called back, without touching their
-// rows (migrations/0011): it reads them from the index sessions_seen, from
-// the gate's purge mark on, accounts for each as a purge (session.DecidePurge,
-// the index, the events), and raises the mark just over the last of them.
-// Only over them: the mark is always a purged waiter's own sign of life,
-// never the cutoff, which an update run on a clock that was ahead would set
-// in the future (keepLive would then date every newcomer there, and none
-// would be stale until the clock caught up). The cleaner deletes the rows
-// later. It returns how many it purged.
-func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, cutoff, n int64) (int64, error) {
-	if !e.mark.less(purgeMark{cutoff, math.MinInt64}) {
+// purgeSeen purges up to n of the gate's sessions of status last seen
+// before cutoff (unix nanoseconds) and not to be called back, without
+// touching their rows (migrations/0011, 0012): it reads them from the index
+// sessions_seen, from the gate's mark of that status on (e.mark for
+// waiters, e.activeMark for active sessions), accounts for each as a purge
+// (session.DecidePurge, the index, the events), and raises the mark just
+// over the last of them. Only over them: the mark is always a purged
+// session's own sign of life, never the cutoff, which an update run on a
+// clock that was ahead would set in the future (keepLive would then date
+// every newcomer there, and none would be stale until the clock caught
+// up). The cleaner deletes the rows later. It returns how many it purged.
+func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, status session.Status, cutoff, n int64) (int64, error) {
+	mark, stmt, cols := &e.mark, s.wc.staleSeen, 5
+	if status == session.StatusActive {
+		mark, stmt, cols = &e.activeMark, s.wc.staleActiveSeen, 6
+	}
+	if !mark.less(purgeMark{cutoff, math.MinInt64}) {
 		return 0, nil // nothing the mark leaves live is below the cutoff
 	}
-	rows, err := s.wc.query(s.wc.staleSeen, e.name, e.mark.seen, e.mark.pos, cutoff, n)
+	rows, err := s.wc.query(stmt, e.name, mark.seen, mark.pos, cutoff, n)
 	if err != nil {
 		return 0, err
 	}
 	b.rows = b.rows[:0]
-	var dest [5]driver.Value
-	if err := eachRow(rows, dest[:], func() {
-		r := rawRow{position: asInt(dest[0]), id: asString(dest[1]), status: dbWaiting, lastActive: asNullInt(dest[2]), createdAt: asInt(dest[3]), lane: asInt(dest[4])}
+	var dest [6]driver.Value
+	if err := eachRow(rows, dest[:cols], func() {
+		r := rawRow{position: asInt(dest[0]), id: asString(dest[1]), status: statusValue(status), lastActive: asNullInt(dest[2]), createdAt: asInt(dest[3]), lane: asInt(dest[4])}
+		if cols > 5 {
+			r.claim = asNullInt(dest[5])
+		}
 		b.rows = append(b.rows, r.session(e.name))
 	}); err != nil {
 		return 0, err
@@ -184,7 +197,7 @@ func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, cutoff, n int64) (int64
 		return 0, err
 	}
 	last := b.rows[did-1]
-	e.mark = purgeMark{last.LastActive.UnixNano(), last.Position + 1}
+	*mark = purgeMark{last.LastActive.UnixNano(), last.Position + 1}
 	e.save, e.report = true, true
 	b.purged = append(b.purged, e.name)
 	return did, nil

@@ -140,16 +140,20 @@ type gateEntry struct {
 	// counters: the waiting rows it covers are purged, and left for the
 	// cleaner to delete.
 	mark purgeMark
+	// activeMark is the gate's active purge mark (migrations/0012), the
+	// same for its active rows.
+	activeMark purgeMark
 
 	inBatch bool // listed in batch.touched
 	save    bool // counters changed in this transaction
 	report  bool // a row changed in this transaction: report the gate's state
 }
 
-// purgeMark is a gate's purge mark: a waiting row not to be called back
-// (notify 0) with a last sign of life, whose (last_active, position) is
-// below (seen, pos), is purged. It only rises. The zero mark is not valid;
-// noMark covers nothing.
+// purgeMark is a gate's purge mark: a row of the mark's status (waiting for
+// gateEntry.mark, active for activeMark) not to be called back (notify 0)
+// with a last sign of life, whose (last_active, position) is below (seen,
+// pos), is purged. It only rises. The zero mark is not valid; noMark
+// covers nothing.
 type purgeMark struct{ seen, pos int64 }
 
 // noMark is the mark of a gate that purged nothing yet: below every row.
@@ -181,7 +185,7 @@ type batch struct {
 	// the transaction is rolled back and run again without it.
 	poisoned *op
 	rows     []session.Session // rows read by an op
-	// purged are the gates whose purge mark the transaction raised: the
+	// purged are the gates whose purge marks the transaction raised: the
 	// cleaner is told of them once it commits (clean.go).
 	purged []string
 }

@@ -1,0 +1,281 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
+)
+
+// The update purges active sessions idle past the active timeout by raising
+// the gate's active purge mark, and the cleaner deletes their rows
+// afterwards (migrations/0012), as it does for waiters (purgemark tests).
+// These tests hold the cleaner back, so that the purged rows are still in
+// the table, and check that nothing reads them as sessions meanwhile.
+
+// activeIDs lists the ids of sessions, in order.
+func activeIDs(sessions []session.Session) []string {
+	var ids []string
+	for _, a := range sessions {
+		ids = append(ids, a.ID)
+	}
+	return ids
+}
+
+// activePurgeFixture is an open store (cleaner held) whose gate (limit 3)
+// had three active sessions a0, a1, a2 (positions 1..3) and four waiters
+// w0..w3 (4..7), all joined at epoch; all but a0 and a2 showed a sign of
+// life since, and an update at now purged a0 and a2 as idle and promoted
+// w0 and w1 into their slots. It returns the update's events.
+func activePurgeFixture(t *testing.T) (s *Store, cfg session.GateConfig, now time.Time, events func() []session.Event, release func()) {
+	t.Helper()
+	s = openInternal(t)
+	release = holdCleaner(t, s)
+	ctx := context.Background()
+	cfg = sessiontest.GateConfig("default", 3)
+	for _, id := range []string{"a0", "a1", "a2", "w0", "w1", "w2", "w3"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	now = epoch.Add(cfg.ActiveTimeout + time.Second)
+	var touches []session.Touch
+	for _, id := range []string{"a1", "w0", "w1", "w2", "w3"} {
+		touches = append(touches, session.Touch{ID: id, LastActive: now.Add(-time.Second)})
+	}
+	require.NoError(t, s.Touch(ctx, cfg.Name, touches))
+	var mu sync.Mutex
+	var seen []session.Event
+	s.SetCommitListener(func(c session.Commit) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, c.Events...)
+	})
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, rep.PurgedActive)
+	require.Zero(t, rep.PurgedWaiting)
+	require.EqualValues(t, 2, rep.Promoted)
+	require.Equal(t, 7, physicalRows(t, s, cfg.Name), "the purged rows are still in the table: the premise of the test")
+	events = func() []session.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]session.Event(nil), seen...)
+	}
+	return s, cfg, now, events, release
+}
+
+func TestIdleActiveSessionsAreGoneBeforeTheirRowsAre(t *testing.T) {
+	s, cfg, now, events, release := activePurgeFixture(t)
+	ctx := context.Background()
+
+	// Reported once each, as idle, with their rows as they were.
+	deactivated := map[string]int{}
+	for _, e := range events() {
+		if e.Kind == session.EventDeactivated {
+			deactivated[e.Session.ID]++
+			assert.Equal(t, session.Idle, e.Reason, e.Session.ID)
+			assert.Equal(t, epoch, e.Session.LastActive, e.Session.ID)
+		}
+	}
+	assert.Equal(t, map[string]int{"a0": 1, "a2": 1}, deactivated)
+
+	for _, id := range []string{"a0", "a2"} {
+		_, err := s.Get(ctx, cfg.Name, id)
+		require.ErrorIs(t, err, session.ErrNotFound, id)
+	}
+	rows, err := s.Rows(ctx, cfg.Name)
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	assert.Equal(t, []string{"a1", "w0", "w1", "w2", "w3"}, ids)
+
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	snap := snaps[cfg.Name]
+	assert.EqualValues(t, 3, snap.State.Active)
+	assert.Equal(t, []string{"a1", "w0", "w1"}, activeIDs(snap.Active), "the active set leaves a0 and a2 out")
+
+	// A purged session's sign of life, departure or release finds nothing.
+	_, err = s.Leave(ctx, cfg, "a0", now)
+	require.ErrorIs(t, err, session.ErrNotFound)
+	_, err = s.Release(ctx, cfg, "a2", now)
+	require.ErrorIs(t, err, session.ErrNotFound)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "a0", LastActive: now}}))
+	_, err = s.Get(ctx, cfg.Name, "a0")
+	require.ErrorIs(t, err, session.ErrNotFound, "a touch does not bring a purged session back")
+
+	// One that comes back joins at the end of the line.
+	back, err := s.Join(ctx, cfg, "a0", now)
+	require.NoError(t, err)
+	assert.Equal(t, session.StatusWaiting, back.Status)
+	assert.EqualValues(t, 8, back.Position)
+
+	release()
+	require.NoError(t, s.WaitClean(ctx))
+	assert.Equal(t, 6, physicalRows(t, s, cfg.Name), "the cleaner deleted the purged rows: a1, w0..w3 and a0 again")
+	snaps, err = s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1", "w0", "w1"}, activeIDs(snaps[cfg.Name].Active))
+}
+
+// An active session written with a sign of life below the active mark (a
+// clock set back) stays active: recorded at the mark, counted, found, and
+// purged by the next update that finds it idle.
+func TestAnActiveSessionDatedBelowTheActiveMarkStaysLive(t *testing.T) {
+	s := openInternal(t)
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 2)
+	for _, id := range []string{"a0", "a1"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	now := epoch.Add(cfg.ActiveTimeout + time.Second)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "a1", LastActive: now}}))
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.PurgedActive, "a0")
+
+	late, err := s.Join(ctx, cfg, "late", epoch.Add(-time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, session.StatusActive, late.Status)
+	got, err := s.Get(ctx, cfg.Name, "late")
+	require.NoError(t, err, "an active session whose clock was behind is not purged by being written")
+	assert.Equal(t, epoch.Add(time.Nanosecond), got.LastActive, "recorded at the mark")
+	assert.Equal(t, got.LastActive, late.LastActive, "Join returns the session as stored")
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a1", "late"}, activeIDs(snaps[cfg.Name].Active))
+
+	later := now.Add(time.Minute)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "a1", LastActive: later}}))
+	rep, err = s.Update(ctx, cfg, later, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, rep.PurgedActive, "late, idle since the mark")
+	_, err = s.Get(ctx, cfg.Name, "late")
+	require.ErrorIs(t, err, session.ErrNotFound)
+}
+
+// A session promoted with a claim window and purged by the active mark
+// (idle, its claim missed) stays purged when a later update runs on a
+// clock set back: the branch that deletes the unclaimed leaves the rows
+// below the mark out, or the session would be counted out twice.
+func TestAnUnclaimedSessionBelowTheActiveMarkIsNotPurgedTwice(t *testing.T) {
+	s := openInternal(t)
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	cfg.ClaimTimeout = 10 * time.Second
+	for _, id := range []string{"a0", "w0"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	_, err := s.Release(ctx, cfg, "a0", epoch)
+	require.NoError(t, err)
+	w0, err := s.Get(ctx, cfg.Name, "w0")
+	require.NoError(t, err)
+	require.Equal(t, session.StatusActive, w0.Status)
+	require.False(t, w0.ClaimDeadline.IsZero(), "promoted with a claim window")
+
+	rep, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Second), session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.PurgedActive, "w0, by the active mark")
+
+	rep, err = s.Update(ctx, cfg, epoch.Add(20*time.Second), session.DefaultUpdateChunk) // the clock set back
+	require.NoError(t, err)
+	assert.Zero(t, rep.PurgedActive, "w0 is purged already")
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.Zero(t, snaps[cfg.Name].State.Active)
+	assert.Empty(t, snaps[cfg.Name].Active)
+}
+
+// A process that stops before the cleaner deleted the purged active rows
+// leaves them in the file: the next Open deletes them before it reads
+// anything. A clean stop deletes them itself (Close), even when the
+// update raised only the active mark.
+func TestTheRowsOfPurgedActiveSessionsAreDeletedByOpenAndClose(t *testing.T) {
+	t.Run("after a stop", func(t *testing.T) {
+		s, cfg, _, _, _ := activePurgeFixture(t)
+		crashed := copyFiles(t, s.Path(), t.TempDir(), "", "-wal")
+		log := &sessiontest.LogBuffer{}
+		r := reopen(t, crashed, log)
+		assert.Contains(t, log.String(), "deleted the rows of sessions purged before the last stop")
+		assert.Contains(t, log.String(), "rows=2")
+		assert.NotContains(t, log.String(), "did not match", "the counters agree with the rows left")
+		assert.Equal(t, 5, physicalRows(t, r, cfg.Name))
+		snaps, err := r.Load(context.Background(), []string{cfg.Name})
+		require.NoError(t, err)
+		assert.EqualValues(t, 3, snaps[cfg.Name].State.Active)
+		assert.Equal(t, []string{"a1", "w0", "w1"}, activeIDs(snaps[cfg.Name].Active))
+	})
+	t.Run("at close", func(t *testing.T) {
+		s, cfg, _, _, _ := activePurgeFixture(t)
+		path := s.Path()
+		require.NoError(t, s.Close()) // with the cleaner held
+		log := &sessiontest.LogBuffer{}
+		r := reopen(t, path, log)
+		assert.NotContains(t, log.String(), "purged before the last stop")
+		assert.Contains(t, log.String(), "loaded from the snapshot")
+		assert.Equal(t, 5, physicalRows(t, r, cfg.Name))
+	})
+}
+
+// The active mark comes from disk, as the waiting one does: one that covers
+// live active sessions, or lies far ahead, is refused with ErrDamaged
+// before anything is deleted, and the way on the message gives opens the
+// file with every row live.
+func TestOpenRefusesADamagedActivePurgeMark(t *testing.T) {
+	for _, tc := range []struct {
+		name, set, says string
+	}{
+		{"covers live active sessions", fmt.Sprintf("active_purged_seen = %d, active_purged_position = 0", epoch.Add(time.Second).UnixNano()),
+			"the active purge mark of gate \"default\" covers 3 of its 3 active rows, but its counter counts 3 active sessions, not 0"},
+		{"not a number", "active_purged_position = 'x'", "is not a number"},
+		{"far ahead", "active_purged_seen = 9223372036854775807", "more than a year ahead"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "d.db")
+			s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			cfg := sessiontest.GateConfig("default", 3)
+			for i := range 5 {
+				_, err := s.Join(context.Background(), cfg, fmt.Sprintf("s%d", i), epoch)
+				require.NoError(t, err)
+			}
+			require.NoError(t, s.Close())
+			rawExec(t, path, "UPDATE gates SET "+tc.set)
+
+			_, err = Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+			require.ErrorIs(t, err, ErrDamaged)
+			msg := err.Error()
+			assert.Contains(t, msg, tc.says)
+			assert.Contains(t, msg, "Restore it from a backup")
+			db, err := sqlOpen(path)
+			require.NoError(t, err)
+			var n int
+			require.NoError(t, db.QueryRow(`SELECT count(*) FROM sessions`).Scan(&n))
+			require.NoError(t, db.Close())
+			assert.Equal(t, 5, n, "nothing was deleted")
+
+			rawExec(t, path, msg[strings.Index(msg, "UPDATE gates"):])
+			r := reopen(t, path, nil)
+			snaps, err := r.Load(context.Background(), []string{"default"})
+			require.NoError(t, err)
+			assert.EqualValues(t, 3, snaps["default"].State.Active)
+			assert.Equal(t, []string{"s0", "s1", "s2"}, activeIDs(snaps["default"].Active))
+		})
+	}
+}
