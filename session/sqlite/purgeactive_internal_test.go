@@ -279,3 +279,34 @@ func TestOpenRefusesADamagedActivePurgeMark(t *testing.T) {
 		})
 	}
 }
+
+// A waiter promoted on a clock set back below the active mark is stored at
+// the mark, as keepLive dates any live active session, and stays active:
+// the promotion's one statement writes the clock's time, and the row is
+// written again.
+func TestAWaiterPromotedBelowTheActiveMarkStaysActive(t *testing.T) {
+	s := openInternal(t)
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	for _, id := range []string{"a0", "w0", "w1"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	now := epoch.Add(cfg.ActiveTimeout + time.Second)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "w0", LastActive: now}, {ID: "w1", LastActive: now}}))
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.PurgedActive, "a0: the active mark is at epoch")
+	require.EqualValues(t, 1, rep.Promoted, "w0")
+
+	_, err = s.Release(ctx, cfg, "w0", epoch.Add(-time.Hour)) // the clock set back
+	require.NoError(t, err)
+	w1, err := s.Get(ctx, cfg.Name, "w1")
+	require.NoError(t, err, "promoted below the mark, w1 would be purged without a word")
+	assert.Equal(t, session.StatusActive, w1.Status)
+	assert.Equal(t, epoch.Add(time.Nanosecond), w1.LastActive)
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"w1"}, activeIDs(snaps[cfg.Name].Active))
+}
