@@ -322,10 +322,10 @@ func TestBulkSeedAndScaleScenarios(t *testing.T) {
 			assert.Positive(t, *res[1].Baseline)
 			// Its parts, each with the rows it changed (smoke: 1% of 3,000).
 			assert.Regexp(t, `\d+ ms for the 15 stale waiters \(scattered over the line\), \d+ ms for the 15 stale active sessions and \d+ ms to promote 15 waiters`, res[1].Note)
-			// The cleaner that deletes the purged waiters' rows after the
+			// The cleaner that deletes the purged sessions' rows after the
 			// update is waited for, and its figure reported.
 			assert.Contains(t, res[2].Metric, "rows deleted after the update")
-			assert.Contains(t, res[2].Note, "the 15 waiters the update purged")
+			assert.Contains(t, res[2].Note, "the 15 waiters and 15 idle active sessions the update purged")
 			// The joins after the update are timed too, against the same
 			// baseline as those during it: the cleaner and the checkpoint
 			// come after it.

@@ -28,8 +28,10 @@ const (
 	sqlRedeemAdmission    = `UPDATE admissions SET redeemed_at = ? WHERE jti = ? AND redeemed_at IS NULL`
 	// The prune deletes, in chunks, the admissions of a gate expired before
 	// ?2 whose session incarnation (gate, position, id) is gone: while the
-	// session lives its admission stays, so it is never issued twice.
-	sqlPruneAdmissions = `DELETE FROM admissions WHERE jti IN (SELECT a.jti FROM admissions a WHERE a.gate = ?1 AND a.expires_at < ?2 AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.gate = a.gate AND s.position = a.position AND s.id = a.session) LIMIT ?3)`
+	// session lives its admission stays, so it is never issued twice. A row
+	// below a purge mark is gone already (liveStored), though the cleaner
+	// has not deleted it yet; positions are never reused.
+	sqlPruneAdmissions = `DELETE FROM admissions WHERE jti IN (SELECT a.jti FROM admissions a WHERE a.gate = ?1 AND a.expires_at < ?2 AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.gate = a.gate AND s.position = a.position AND s.id = a.session AND ` + liveStored + `) LIMIT ?3)`
 )
 
 // adhoc prepares q on the writer connection for one use; the caller closes

@@ -186,11 +186,14 @@ func (s *Store) cleanGate(ctx context.Context, gate string) error {
 		}
 		var n int64
 		o := newOp(ctx, opFunc)
-		o.fn = func(*batch) error {
+		o.fn = func(b *batch) error {
 			var err error
 			n, err = s.wc.exec(s.wc.cleanPurged, gate, cleanChunk)
 			if err != nil {
 				return fmt.Errorf("delete purged sessions of gate %q: %w", gate, err)
+			}
+			if n < cleanChunk {
+				return s.resetMarks(b, gate)
 			}
 			return nil
 		}
@@ -205,10 +208,48 @@ func (s *Store) cleanGate(ctx context.Context, gate string) error {
 	}
 }
 
-// WaitClean waits until the rows of every purged waiter are deleted (or
-// ctx is done, or the Store closes, whose Close deletes what is left):
-// what an update purged is gone for every reader at its commit, and its
-// rows a moment later. For tests and benchmarks. Errors: ctx's error.
+// resetMarks lowers the purge marks of gate back to noMark once the
+// cleaner deleted every row below them (in the op whose statement found
+// fewer than a chunk): they then cover nothing, and a mark left where it
+// was would date every session written below it just above it (keepLive).
+// That matters when the mark lies ahead of the clock: a session purged
+// after it was seen on a clock that ran ahead raises the mark there, and
+// every active session written once the clock is right would then be dated
+// in the future, and keep its slot, idle, until the clock caught up. With
+// the reset, only the sessions written before the cleaner ran are.
+//
+// Only a mark as stored is lowered: one an update raised earlier in this
+// transaction covers rows the statement did not see (it reads the stored
+// marks), and is left for the cleaner's next pass.
+func (s *Store) resetMarks(b *batch, gate string) error {
+	var dest [9]driver.Value
+	found, err := s.wc.queryRow(s.wc.selectGate, dest[:], gate)
+	if err != nil {
+		return fmt.Errorf("reset the purge marks of gate %q: %w", gate, err)
+	}
+	if !found {
+		return nil // no gate row: nothing to reset, and none to create
+	}
+	e, err := s.gate(b, gate)
+	if err != nil {
+		return err
+	}
+	if e.mark == noMark && e.activeMark == noMark {
+		return nil
+	}
+	if e.mark != (purgeMark{asInt(dest[5]), asInt(dest[6])}) || e.activeMark != (purgeMark{asInt(dest[7]), asInt(dest[8])}) {
+		return nil
+	}
+	e.mark, e.activeMark = noMark, noMark
+	e.save = true
+	return nil
+}
+
+// WaitClean waits until the rows of every purged session (waiting or
+// active) are deleted (or ctx is done, or the Store closes, whose Close
+// deletes what is left): what an update purged is gone for every reader at
+// its commit, and its rows a moment later. For tests and benchmarks.
+// Errors: ctx's error.
 func (s *Store) WaitClean(ctx context.Context) error {
 	c := s.clean
 	c.mu.Lock()
@@ -257,13 +298,35 @@ func (s *Store) cleanRest() (deleted int64, stopped bool, err error) {
 	if err := eachRow(rows, dest[:], func() { names = append(names, asString(dest[0])) }); err != nil {
 		return 0, false, fmt.Errorf("delete purged sessions: %w", err)
 	}
-	return deleteInChunks(names, time.Now().Add(closeCleanBudget),
+	deleted, stopped, err = deleteInChunks(names, time.Now().Add(closeCleanBudget),
 		func(gate string) (int64, error) { return s.wc.exec(s.wc.cleanPurged, gate, restChunk) },
 		func() error {
 			_, _, _, _ = checkpoint(&s.wc, s.wc.checkpoint) // the final checkpoint reports failures
 			return nil
 		})
+	if err != nil || stopped || len(names) == 0 {
+		return deleted, stopped, err
+	}
+	// Nothing is left below any mark: they go back to covering nothing
+	// (resetMarks), before the snapshot is taken.
+	reset, err := prepareOn(s.wc.c, sqlResetMarks)
+	if err != nil {
+		return deleted, false, fmt.Errorf("reset purge marks: %w", err)
+	}
+	defer reset.st.Close()
+	if _, err := s.wc.exec(reset); err != nil {
+		return deleted, false, fmt.Errorf("reset purge marks: %w", err)
+	}
+	return deleted, false, nil
 }
+
+// sqlResetMarks lowers every gate's purge marks back to noMark: once no
+// row is left below them (Close after its deletion, Open after its own),
+// they cover nothing. See resetMarks.
+const sqlResetMarks = `UPDATE gates SET purged_seen = -9223372036854775808, purged_position = -9223372036854775808, ` +
+	`active_purged_seen = -9223372036854775808, active_purged_position = -9223372036854775808 ` +
+	`WHERE purged_seen <> -9223372036854775808 OR purged_position <> -9223372036854775808 ` +
+	`OR active_purged_seen <> -9223372036854775808 OR active_purged_position <> -9223372036854775808`
 
 // deleteInChunks deletes the purged rows of gates with del (restChunk rows
 // a call, returning how many it deleted) until none is left, running

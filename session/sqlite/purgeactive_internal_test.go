@@ -2,8 +2,10 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,6 +32,15 @@ func activeIDs(sessions []session.Session) []string {
 		ids = append(ids, a.ID)
 	}
 	return ids
+}
+
+// storedMarks reads gate's purge marks as stored: purged_seen,
+// purged_position, active_purged_seen, active_purged_position.
+func storedMarks(t *testing.T, db *sql.DB, gate string) [4]int64 {
+	t.Helper()
+	var m [4]int64
+	require.NoError(t, db.QueryRowContext(context.Background(), `SELECT purged_seen, purged_position, active_purged_seen, active_purged_position FROM gates WHERE name = ?`, gate).Scan(&m[0], &m[1], &m[2], &m[3]))
+	return m
 }
 
 // activePurgeFixture is an open store (cleaner held) whose gate (limit 3)
@@ -216,6 +227,7 @@ func TestTheRowsOfPurgedActiveSessionsAreDeletedByOpenAndClose(t *testing.T) {
 		assert.Contains(t, log.String(), "rows=2")
 		assert.NotContains(t, log.String(), "did not match", "the counters agree with the rows left")
 		assert.Equal(t, 5, physicalRows(t, r, cfg.Name))
+		assert.Equal(t, [4]int64{math.MinInt64, math.MinInt64, math.MinInt64, math.MinInt64}, storedMarks(t, r.readDB, cfg.Name), "nothing is left below the marks: they cover nothing again")
 		snaps, err := r.Load(context.Background(), []string{cfg.Name})
 		require.NoError(t, err)
 		assert.EqualValues(t, 3, snaps[cfg.Name].State.Active)
@@ -225,6 +237,10 @@ func TestTheRowsOfPurgedActiveSessionsAreDeletedByOpenAndClose(t *testing.T) {
 		s, cfg, _, _, _ := activePurgeFixture(t)
 		path := s.Path()
 		require.NoError(t, s.Close()) // with the cleaner held
+		db, err := sqlOpen(path)
+		require.NoError(t, err)
+		assert.Equal(t, [4]int64{math.MinInt64, math.MinInt64, math.MinInt64, math.MinInt64}, storedMarks(t, db, cfg.Name), "Close deleted every purged row: the marks cover nothing again")
+		require.NoError(t, db.Close())
 		log := &sessiontest.LogBuffer{}
 		r := reopen(t, path, log)
 		assert.NotContains(t, log.String(), "purged before the last stop")
@@ -309,4 +325,115 @@ func TestAWaiterPromotedBelowTheActiveMarkStaysActive(t *testing.T) {
 	snaps, err := s.Load(ctx, []string{cfg.Name})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"w1"}, activeIDs(snaps[cfg.Name].Active))
+}
+
+// The update prunes the expired admissions of sessions that are gone, and
+// a session it purges by a mark is gone at its commit, though its row waits
+// for the cleaner: its expired admission goes in that same update.
+func TestTheAdmissionOfASessionPurgedByTheMarkIsPruned(t *testing.T) {
+	s := openInternal(t)
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 2)
+	a, err := s.Join(ctx, cfg, "a0", epoch)
+	require.NoError(t, err)
+	require.Equal(t, session.StatusActive, a.Status)
+	_, err = s.IssueAdmission(ctx, session.Admission{ID: "jti-a0", Gate: cfg.Name, Session: "a0", Position: a.Position, IssuedAt: epoch, Expires: epoch.Add(time.Minute)})
+	require.NoError(t, err)
+
+	rep, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Hour), session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.PurgedActive, "a0, idle")
+	require.Equal(t, 1, physicalRows(t, s, cfg.Name), "a0's row waits for the cleaner: the premise of the test")
+	var n int
+	require.NoError(t, s.readDB.QueryRowContext(ctx, `SELECT count(*) FROM admissions WHERE jti = 'jti-a0'`).Scan(&n))
+	assert.Zero(t, n, "the update that purged a0 prunes its expired admission")
+}
+
+// A clock that ran ahead for longer than the active timeout leaves the
+// active mark ahead of the clock once it is set right (the purged session's
+// own sign of life was dated there). Once the cleaner has deleted the rows
+// below them, the marks go back to covering nothing: a session written
+// afterwards is dated by its own clock, not just above the mark, and is
+// idle, and purged, at the next update past the timeout.
+func TestTheCleanerLowersAMarkAheadOfTheClock(t *testing.T) {
+	s := openInternal(t)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	ahead := epoch.Add(6 * time.Hour) // the clock runs 6 h ahead for a while
+	_, err := s.Join(ctx, cfg, "early", ahead)
+	require.NoError(t, err)
+	rep, err := s.Update(ctx, cfg, ahead.Add(cfg.ActiveTimeout+time.Minute), session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.PurgedActive, "early, idle on the clock that was ahead")
+	require.NoError(t, s.WaitClean(ctx))
+
+	// The clock is set right. a0 joins and never shows a sign of life again.
+	joined := epoch.Add(time.Minute)
+	a0, err := s.Join(ctx, cfg, "a0", joined)
+	require.NoError(t, err)
+	require.Equal(t, session.StatusActive, a0.Status)
+	assert.Equal(t, joined, a0.LastActive, "dated by its own clock")
+	_, err = s.Join(ctx, cfg, "w0", joined)
+	require.NoError(t, err)
+
+	later := joined.Add(cfg.ActiveTimeout + time.Minute)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "w0", LastActive: later}}))
+	rep, err = s.Update(ctx, cfg, later, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, rep.PurgedActive, "a0, idle past the active timeout")
+	assert.EqualValues(t, 1, rep.Promoted, "its slot goes to w0")
+}
+
+// The cleaner lowers only marks as stored: one that an update raised
+// earlier in the same transaction covers rows the cleaner's statement did
+// not see (it reads the stored marks), which would otherwise come back.
+func TestTheCleanerKeepsAMarkRaisedInItsTransaction(t *testing.T) {
+	s := openInternal(t)
+	holdCleaner(t, s) // the store's own passes stay out of the way
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	for _, id := range []string{"a0", "w0", "w1"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	now := epoch.Add(cfg.WaitingTimeout + time.Second) // w0 and w1 are gone, a0 is not idle yet
+
+	// Hold the writer; queue the update, then a cleaner pass behind it:
+	// both run in the writer's next transaction.
+	entered, release := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		o := newOp(ctx, opFunc)
+		o.fn = func(*batch) error { close(entered); <-release; return nil }
+		held <- s.do(o)
+	}()
+	<-entered
+	updated := make(chan error, 1)
+	go func() {
+		rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+		if err == nil && rep.PurgedWaiting != 2 {
+			err = fmt.Errorf("purged %d waiters, want 2", rep.PurgedWaiting)
+		}
+		updated <- err
+	}()
+	require.Eventually(t, func() bool { return len(s.ops) == 1 }, 5*time.Second, time.Millisecond)
+	cleaned := make(chan error, 1)
+	go func() { cleaned <- s.cleanGate(ctx, cfg.Name) }()
+	require.Eventually(t, func() bool { return len(s.ops) == 2 }, 5*time.Second, time.Millisecond)
+	close(release)
+	require.NoError(t, <-held)
+	require.NoError(t, <-updated)
+	require.NoError(t, <-cleaned)
+
+	for _, id := range []string{"w0", "w1"} {
+		_, err := s.Get(ctx, cfg.Name, id)
+		require.ErrorIs(t, err, session.ErrNotFound, id)
+	}
+	rows, err := s.Rows(ctx, cfg.Name)
+	require.NoError(t, err)
+	assert.Len(t, rows, 1, "a0 alone: the purged waiters stay purged")
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.Empty(t, snaps[cfg.Name].Waiting)
 }

@@ -544,6 +544,13 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	if err != nil {
 		return fmt.Errorf("index sessions: %w", err)
 	}
+	// No row is left below a purge mark (purgedDelete): the marks go back
+	// to covering nothing (clean.go, resetMarks). A clean stop did it
+	// already; after a crash this writes, once quick_check found the file
+	// sound.
+	if _, err := conn.ExecContext(ctx, sqlResetMarks); err != nil {
+		return fmt.Errorf("reset purge marks: %w", err)
+	}
 	s.startScan = scan
 	// The counters must equal the rows they count before the writer trusts
 	// them: repair a mismatch (a file edited by hand, restored from parts)
