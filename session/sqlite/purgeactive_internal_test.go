@@ -437,3 +437,50 @@ func TestTheCleanerKeepsAMarkRaisedInItsTransaction(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, snaps[cfg.Name].Waiting)
 }
+
+// A cleaner pass that fails is tried again after cleanRetry, the delay
+// doubling while it keeps failing, and the rows go once it succeeds.
+func TestTheCleanerRetriesAFailedPass(t *testing.T) {
+	defer func(r, m time.Duration) { cleanRetry, cleanRetryMax = r, m }(cleanRetry, cleanRetryMax)
+	cleanRetry, cleanRetryMax = 5*time.Millisecond, time.Second
+	var failures sync.Mutex
+	left := 0 // armed once the cleaner is about to start
+	setHooks(t, func(o *op) error {
+		if o.kind != opFunc {
+			return nil
+		}
+		failures.Lock()
+		defer failures.Unlock()
+		if left == 0 {
+			return nil
+		}
+		left--
+		return fmt.Errorf("injected failure of a cleaner pass")
+	}, nil)
+	log := &sessiontest.LogBuffer{}
+	s, err := Open(filepath.Join(t.TempDir(), "r.db"), Options{Logger: slog.New(slog.NewTextHandler(log, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	release := holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	for _, id := range []string{"a0", "w0", "w1"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	rep, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Second), session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.PurgedActive)
+	require.EqualValues(t, 2, rep.PurgedWaiting)
+
+	failures.Lock()
+	left = 2 // the cleaner's first two passes fail
+	failures.Unlock()
+	release()
+	require.NoError(t, s.WaitClean(ctx))
+	assert.Zero(t, physicalRows(t, s, cfg.Name), "the third pass deleted the rows")
+	out := log.String()
+	assert.Equal(t, 2, strings.Count(out, "deleting purged sessions failed; retrying"), out)
+	assert.Contains(t, out, "retry_in=5ms")
+	assert.Contains(t, out, "retry_in=10ms", "the delay doubles")
+}
