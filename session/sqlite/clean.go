@@ -220,7 +220,11 @@ func (s *Store) cleanGate(ctx context.Context, gate string) error {
 //
 // Only a mark as stored is lowered: one an update raised earlier in this
 // transaction covers rows the statement did not see (it reads the stored
-// marks), and is left for the cleaner's next pass.
+// marks), and is left for the cleaner's next pass. The lowered marks are
+// stored at once, not at the transaction's end: the writer's row reads
+// (sqlSelectRow, sqlRowExists) leave out what the stored marks cover, and
+// keepLive dates by the marks it holds, so a stored mark above the held one
+// would hide a row written later in the same transaction.
 func (s *Store) resetMarks(b *batch, gate string) error {
 	var dest [9]driver.Value
 	found, err := s.wc.queryRow(s.wc.selectGate, dest[:], gate)
@@ -239,6 +243,9 @@ func (s *Store) resetMarks(b *batch, gate string) error {
 	}
 	if e.mark != (purgeMark{asInt(dest[5]), asInt(dest[6])}) || e.activeMark != (purgeMark{asInt(dest[7]), asInt(dest[8])}) {
 		return nil
+	}
+	if _, err := s.wc.exec(s.wc.resetGateMarks, gate); err != nil {
+		return fmt.Errorf("reset the purge marks of gate %q: %w", gate, err)
 	}
 	e.mark, e.activeMark = noMark, noMark
 	e.save = true

@@ -20,6 +20,10 @@ const (
 	sqlSelectGate = `SELECT next_position, active, waiting, pace_tokens, pace_at, purged_seen, purged_position, active_purged_seen, active_purged_position FROM gates WHERE name = ?`
 	sqlInsertGate = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
 	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ?, purged_seen = ?, purged_position = ?, active_purged_seen = ?, active_purged_position = ? WHERE name = ?`
+	// sqlResetGateMarks lowers a gate's purge marks to noMark at once,
+	// before the transaction's end (resetMarks).
+	sqlResetGateMarks = `UPDATE gates SET purged_seen = -9223372036854775808, purged_position = -9223372036854775808, ` +
+		`active_purged_seen = -9223372036854775808, active_purged_position = -9223372036854775808 WHERE name = ?`
 	// A waiting row is live unless the update purged it (migrations/0011):
 	// not to be called back, and its (last_active, position) below the
 	// gate's purge mark. The purged rows wait for the cleaner, and every
@@ -29,7 +33,9 @@ const (
 	// transaction; the others with the mark as stored, in their snapshot.
 	// sqlSelectRow and sqlRowExists, which the writer also runs, take the
 	// stored mark: the writer reaches a row by its id only through the id
-	// index, which drops a purged session in the transaction that purges it.
+	// index, which drops a purged session in the transaction that purges it,
+	// and the stored mark is never above the one the writer holds (a mark
+	// that goes back down is stored at once, resetMarks).
 	//
 	// An active row is live in the same way unless the update purged it
 	// (migrations/0012): not to be called back, and its (last_active,
@@ -153,7 +159,7 @@ type wconn struct {
 	selectGate, insertGate, updateGate, bounds  *stmt
 	selectRow, rowExists, insertRow, updateRow  *stmt
 	deleteRow, firstWaiters, staleSeen          *stmt
-	staleActiveSeen                             *stmt
+	staleActiveSeen, resetGateMarks             *stmt
 	purgeUnseen, cleanPurged                    *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
 	selectMeta, insertMeta, deleteMeta          *stmt
@@ -175,7 +181,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
 		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
-		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleActiveSeen, sqlStaleActiveSeen},
+		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleActiveSeen, sqlStaleActiveSeen}, {&w.resetGateMarks, sqlResetGateMarks},
 		{&w.purgeUnseen, sqlPurgeUnseen}, {&w.cleanPurged, sqlCleanPurged},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
@@ -217,7 +223,7 @@ func (w *wconn) close() error {
 		w.begin, w.commit, w.rollback,
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
-		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleActiveSeen, w.purgeUnseen, w.cleanPurged,
+		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleActiveSeen, w.resetGateMarks, w.purgeUnseen, w.cleanPurged,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.allSettings,

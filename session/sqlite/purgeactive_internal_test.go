@@ -484,3 +484,67 @@ func TestTheCleanerRetriesAFailedPass(t *testing.T) {
 	assert.Contains(t, out, "retry_in=5ms")
 	assert.Contains(t, out, "retry_in=10ms", "the delay doubles")
 }
+
+// When the cleaner lowers a mark that lay ahead of the clock, the ops that
+// share its transaction see the lowered mark at once, in the table too: a
+// session joined there with the right clock (below the old mark) is found
+// by the next op, not joined twice, released, and the file opens again.
+func TestALoweredMarkHoldsForTheRestOfItsTransaction(t *testing.T) {
+	aheadFixture := func(t *testing.T) (*Store, session.GateConfig) {
+		t.Helper()
+		s := openInternal(t)
+		holdCleaner(t, s)
+		ctx := context.Background()
+		cfg := sessiontest.GateConfig("default", 1)
+		ahead := epoch.Add(6 * time.Hour) // the clock ran 6 h ahead
+		_, err := s.Join(ctx, cfg, "early", ahead)
+		require.NoError(t, err)
+		rep, err := s.Update(ctx, cfg, ahead.Add(cfg.ActiveTimeout+time.Minute), session.DefaultUpdateChunk)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, rep.PurgedActive)
+		require.Equal(t, 1, physicalRows(t, s, cfg.Name))
+		return s, cfg
+	}
+	// inOneBatch runs a cleaner pass and then second after a join of a0 at
+	// the right clock, in one transaction of the writer.
+	inOneBatch := func(t *testing.T, s *Store, cfg session.GateConfig, second func(time.Time) (session.Session, error)) (joined, then result) {
+		t.Helper()
+		ctx := context.Background()
+		at := epoch.Add(time.Minute) // the clock is right again
+		release := blockWriter(t, s)
+		cleaned := make(chan error, 1)
+		n := len(s.ops)
+		go func() { cleaned <- s.cleanGate(ctx, cfg.Name) }()
+		waitQueued(t, s, n+1)
+		first := queue(t, s, func() (session.Session, error) { return s.Join(ctx, cfg, "a0", at) })
+		next := queue(t, s, func() (session.Session, error) { return second(at) })
+		release()
+		require.NoError(t, <-cleaned)
+		return <-first, <-next
+	}
+	t.Run("a second join", func(t *testing.T) {
+		s, cfg := aheadFixture(t)
+		ctx := context.Background()
+		r1, r2 := inOneBatch(t, s, cfg, func(at time.Time) (session.Session, error) { return s.Join(ctx, cfg, "a0", at.Add(time.Second)) })
+		require.NoError(t, r1.err)
+		require.NoError(t, r2.err)
+		assert.Equal(t, session.StatusActive, r1.s.Status)
+		assert.Equal(t, r1.s.Position, r2.s.Position, "the second join finds a0, it does not queue it again")
+		rows, err := s.Rows(ctx, cfg.Name)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a0"}, activeIDs(rows))
+
+		path := s.Path()
+		require.NoError(t, s.Close())
+		r := reopen(t, path, nil) // a0 stored twice would be refused
+		snaps, err := r.Load(ctx, []string{cfg.Name})
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, snaps[cfg.Name].State.Active+snaps[cfg.Name].State.Waiting, "counted once")
+	})
+	t.Run("a release", func(t *testing.T) {
+		s, cfg := aheadFixture(t)
+		r1, r2 := inOneBatch(t, s, cfg, func(at time.Time) (session.Session, error) { return s.Release(context.Background(), cfg, "a0", at) })
+		require.NoError(t, r1.err)
+		assert.NoError(t, r2.err, "a0 was joined just before its release")
+	})
+}
