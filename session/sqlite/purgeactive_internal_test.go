@@ -249,53 +249,6 @@ func TestTheRowsOfPurgedActiveSessionsAreDeletedByOpenAndClose(t *testing.T) {
 	})
 }
 
-// The active mark comes from disk, as the waiting one does: one that covers
-// live active sessions, or lies far ahead, is refused with ErrDamaged
-// before anything is deleted, and the way on the message gives opens the
-// file with every row live.
-func TestOpenRefusesADamagedActivePurgeMark(t *testing.T) {
-	for _, tc := range []struct {
-		name, set, says string
-	}{
-		{"covers live active sessions", fmt.Sprintf("active_purged_seen = %d, active_purged_position = 0", epoch.Add(time.Second).UnixNano()),
-			"the active purge mark of gate \"default\" covers 3 of its 3 active rows, but its counter counts 3 active sessions, not 0"},
-		{"not a number", "active_purged_position = 'x'", "is not a number"},
-		{"far ahead", "active_purged_seen = 9223372036854775807", "more than a year ahead"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "d.db")
-			s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
-			require.NoError(t, err)
-			cfg := sessiontest.GateConfig("default", 3)
-			for i := range 5 {
-				_, err := s.Join(context.Background(), cfg, fmt.Sprintf("s%d", i), epoch)
-				require.NoError(t, err)
-			}
-			require.NoError(t, s.Close())
-			rawExec(t, path, "UPDATE gates SET "+tc.set)
-
-			_, err = Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
-			require.ErrorIs(t, err, ErrDamaged)
-			msg := err.Error()
-			assert.Contains(t, msg, tc.says)
-			assert.Contains(t, msg, "Restore it from a backup")
-			db, err := sqlOpen(path)
-			require.NoError(t, err)
-			var n int
-			require.NoError(t, db.QueryRow(`SELECT count(*) FROM sessions`).Scan(&n))
-			require.NoError(t, db.Close())
-			assert.Equal(t, 5, n, "nothing was deleted")
-
-			rawExec(t, path, msg[strings.Index(msg, "UPDATE gates"):])
-			r := reopen(t, path, nil)
-			snaps, err := r.Load(context.Background(), []string{"default"})
-			require.NoError(t, err)
-			assert.EqualValues(t, 3, snaps["default"].State.Active)
-			assert.Equal(t, []string{"s0", "s1", "s2"}, activeIDs(snaps["default"].Active))
-		})
-	}
-}
-
 // A waiter promoted on a clock set back below the active mark is stored at
 // the mark, as keepLive dates any live active session, and stays active:
 // the promotion's one statement writes the clock's time, and the row is

@@ -328,11 +328,11 @@ func TestPurgedPriorityWaitersAreNotPromoted(t *testing.T) {
 	assert.Equal(t, session.StatusActive, p1.Status, "the live priority waiter, not the purged one before it")
 }
 
-// The purge mark comes from disk, and the rows it covers are deleted at
-// Open: a mark edited or damaged so that it covers live waiters, or that is
-// not a number, or that lies far ahead, is refused with ErrDamaged before
-// anything is deleted, with a way on; the way on (resetting the mark)
-// opens the file with every row live.
+// The purge marks come from disk, and the rows they cover are deleted at
+// Open: a mark edited or damaged so that it covers live sessions, or that
+// is not a number, or that lies far ahead, is refused with ErrDamaged
+// before anything is deleted, with a way on; the way on (resetting the
+// marks) opens the file with every row live.
 func TestOpenRefusesADamagedPurgeMark(t *testing.T) {
 	for _, tc := range []struct {
 		name, set, says string
@@ -341,6 +341,11 @@ func TestOpenRefusesADamagedPurgeMark(t *testing.T) {
 		{"not a number", "purged_seen = 'soon'", "is not a number"},
 		{"a real number", "purged_position = 1.5", "is not a number"},
 		{"far ahead", "purged_seen = 9223372036854775807", "more than a year ahead"},
+		// The active mark (migrations/0012), checked the same way.
+		{"active mark covers live active sessions", fmt.Sprintf("active_purged_seen = %d, active_purged_position = 0", epoch.Add(time.Second).UnixNano()),
+			"the active purge mark of gate \"default\" covers 2 of its 2 active rows, but its counter counts 2 active sessions, not 0"},
+		{"active mark not a number", "active_purged_position = 'x'", "is not a number"},
+		{"active mark far ahead", "active_purged_seen = 9223372036854775807", "more than a year ahead"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "d.db")
@@ -374,6 +379,8 @@ func TestOpenRefusesADamagedPurgeMark(t *testing.T) {
 			require.NoError(t, err)
 			assert.EqualValues(t, 10, snaps["default"].State.Waiting)
 			assert.Len(t, snaps["default"].Waiting, 10)
+			assert.EqualValues(t, 2, snaps["default"].State.Active)
+			assert.Len(t, snaps["default"].Active, 2)
 		})
 	}
 }
