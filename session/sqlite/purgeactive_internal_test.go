@@ -250,9 +250,7 @@ func TestTheRowsOfPurgedActiveSessionsAreDeletedByOpenAndClose(t *testing.T) {
 }
 
 // A waiter promoted on a clock set back below the active mark is stored at
-// the mark, as keepLive dates any live active session, and stays active:
-// the promotion's one statement writes the clock's time, and the row is
-// written again.
+// the mark, as keepLive dates any live active session, and stays active.
 func TestAWaiterPromotedBelowTheActiveMarkStaysActive(t *testing.T) {
 	s := openInternal(t)
 	holdCleaner(t, s)
