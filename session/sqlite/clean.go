@@ -167,7 +167,7 @@ func (s *Store) runCleaner() {
 }
 
 // cleanGate deletes the purged rows of gate, cleanChunk an op, until none
-// is left. It writes as an update does (scattered pages, many of them), and
+// is left, and lowers the gate's marks in its last op (resetMarks). It writes as an update does (scattered pages, many of them), and
 // is held back as one: it waits for room in the WAL before each op
 // (waitForRoom), and background checkpoint passes and the identity record
 // wait for it.
@@ -287,8 +287,10 @@ var (
 // which: the writer's cache may have been dropped by a failed transaction,
 // and the cleaner forgets a gate when it starts on it), restChunk rows a
 // statement with a passive checkpoint between statements, until none is
-// left or closeCleanBudget is spent. It returns how many rows it deleted,
-// and whether it stopped for the budget (rows may be left).
+// left or closeCleanBudget is spent; then, when none is left, it lowers
+// every gate's marks to noMark (sqlResetMarks), before the snapshot is
+// taken. It returns how many rows it deleted, and whether it stopped for
+// the budget (rows may be left, and the marks stay).
 func (s *Store) cleanRest() (deleted int64, stopped bool, err error) {
 	st, err := prepareOn(s.wc.c, `SELECT name FROM gates WHERE purged_seen > -9223372036854775808 OR purged_position > -9223372036854775808 `+
 		`OR active_purged_seen > -9223372036854775808 OR active_purged_position > -9223372036854775808`)

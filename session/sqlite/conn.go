@@ -86,9 +86,9 @@ const (
 	//
 	// sqlPurgeActive deletes the stale active sessions the active mark does
 	// not purge: called back and never claimed, without a sign of life, or
-	// unclaimed past their deadline while seen since the cutoff (the claim
-	// branch leaves out the rows below the active mark, ?5 and ?6: purged
-	// already).
+	// unclaimed past their deadline while seen since the cutoff or called
+	// back (the claim branch leaves out the rows below the active mark, ?5
+	// and ?6: purged already).
 	sqlPurgeActive = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND last_active < ?2 AND claim_deadline IS NULL ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +

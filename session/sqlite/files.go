@@ -136,7 +136,7 @@ func tightenFiles(path string, log *slog.Logger) {
 // ErrDamaged is matched (errors.Is) by the error Open returns when the
 // database is not the one its identity file describes (empty, replaced,
 // rolled back, its WAL truncated), fails SQLite's quick_check, or holds a
-// damaged purge mark. The error says what was found and how to go on. It also matches a
+// damaged purge mark (waiting or active). The error says what was found and how to go on. It also matches a
 // session.CodeInternal error.
 var ErrDamaged = errors.New("anteroom: database damaged")
 

@@ -100,7 +100,7 @@ func TestIdleActiveSessionsAreGoneBeforeTheirRowsAre(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"a0": 1, "a2": 1}, deactivated)
 
-	for _, id := range []string{"a0", "a2"} {
+	for _, id := range []string{"a0", "a2"} { // the id index dropped them; Rows and Load check the rows
 		_, err := s.Get(ctx, cfg.Name, id)
 		require.ErrorIs(t, err, session.ErrNotFound, id)
 	}
@@ -377,7 +377,7 @@ func TestTheCleanerKeepsAMarkRaisedInItsTransaction(t *testing.T) {
 	require.NoError(t, <-updated)
 	require.NoError(t, <-cleaned)
 
-	for _, id := range []string{"w0", "w1"} {
+	for _, id := range []string{"w0", "w1"} { // the id index dropped them; Rows and Load check the rows
 		_, err := s.Get(ctx, cfg.Name, id)
 		require.ErrorIs(t, err, session.ErrNotFound, id)
 	}

@@ -187,7 +187,7 @@ type Store struct {
 	wc     wconn    // the one writer connection, used only by the writer goroutine
 	ck     *checkpointer
 	idx    *idIndex // (gate, id) -> row; see index.go
-	clean  *cleaner // deletes the rows of purged waiters (clean.go)
+	clean  *cleaner // deletes the rows of purged sessions (clean.go)
 	readDB *sql.DB
 	r      readerStmts
 
@@ -485,7 +485,7 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	if len(applied) > 0 {
 		s.log.Info("anteroom: database schema migrated", "path", s.path, "applied", applied, "version", SchemaVersion)
 	}
-	// The rows of purged waiters that a process stopped before deleting
+	// The rows of purged sessions that a process stopped before deleting
 	// (clean.go): gone before anything counts or indexes the rows, and
 	// only once quick_check found the file sound and the marks agree with
 	// the counters.
@@ -545,9 +545,10 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 		return fmt.Errorf("index sessions: %w", err)
 	}
 	// No row is left below a purge mark (purgedDelete): the marks go back
-	// to covering nothing (clean.go, resetMarks). A clean stop did it
-	// already; after a crash this writes, once quick_check found the file
-	// sound.
+	// to covering nothing (clean.go, resetMarks). A Close that finished its
+	// deletion did it already; after a crash, or a Close that stopped early
+	// or failed, this writes, once quick_check found the file sound (as
+	// purgedDelete and the counter repair, before the identity check).
 	if _, err := conn.ExecContext(ctx, sqlResetMarks); err != nil {
 		return fmt.Errorf("reset purge marks: %w", err)
 	}
@@ -708,7 +709,8 @@ func (s *Store) Touch(ctx context.Context, gate string, touches []session.Touch)
 // sessions (by the gate's purge mark: their rows are deleted by the cleaner
 // after the update, clean.go), then the active sessions idle past the
 // active timeout (by the active purge mark, the same way), then deletes
-// the other stale active ones (called back or promoted and never claimed),
+// the other stale active ones (called back and never claimed, unclaimed
+// past their claim deadline, or without a sign of life),
 // then promotes waiters in position order
 // up to session.PromotionCount, touching at most chunk rows per transaction
 // (chunk <= 0 means session.DefaultUpdateChunk). The steps go through the
@@ -979,9 +981,10 @@ func (s *Store) probe(ctx context.Context, failed *error) error {
 
 // Close stops accepting operations (later calls return
 // session.ErrUnavailable), runs those already queued, deletes the rows of
-// purged waiters the cleaner left (for at most 5 s; the next Open deletes
-// the rest), closes the database and releases the lock. It is idempotent
-// and returns the first close error.
+// purged sessions (waiting and idle active) the cleaner left and then
+// lowers the purge marks (for at most 5 s; the next Open does the rest),
+// closes the database and releases the lock. It is idempotent and returns
+// the first close error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.clean.halt() // its ops first: the writer answers them
@@ -999,7 +1002,7 @@ func (s *Store) Close() error {
 		n, stopped, cerr := s.cleanRest()
 		switch {
 		case cerr != nil:
-			s.log.Warn("anteroom: deleting purged sessions at close failed; the next start deletes them", "path", s.path, "err", cerr)
+			s.log.Warn("anteroom: cleaning purged sessions at close failed (deleting them or lowering the marks); the next start finishes it", "path", s.path, "err", cerr)
 		case stopped:
 			s.log.Info("anteroom: stopped deleting purged sessions at close (its time for them was up); the next start deletes what is left", "path", s.path, "rows_deleted", n)
 		case n > 0:

@@ -152,11 +152,13 @@ type gateEntry struct {
 // purgeMark is a gate's purge mark: a row of the mark's status (waiting for
 // gateEntry.mark, active for activeMark) not to be called back (notify 0)
 // with a last sign of life, whose (last_active, position) is below (seen,
-// pos), is purged. It only rises. The zero mark is not valid; noMark
-// covers nothing.
+// pos), is purged. It rises with each purge, and goes back to noMark once
+// no row is left below it (resetMarks, sqlResetMarks). The zero mark is not
+// valid; noMark covers nothing.
 type purgeMark struct{ seen, pos int64 }
 
-// noMark is the mark of a gate that purged nothing yet: below every row.
+// noMark is the mark of a gate that purged nothing yet, or whose purged
+// rows are all deleted: below every row.
 var noMark = purgeMark{math.MinInt64, math.MinInt64}
 
 // covers reports whether the mark covers a row of last sign of life seen
