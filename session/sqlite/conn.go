@@ -80,6 +80,15 @@ const (
 	sqlStaleActiveSeen = `SELECT position, id, last_active, created_at, lane, claim_deadline FROM sessions INDEXED BY sessions_seen ` +
 		`WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
 		`ORDER BY last_active, position LIMIT ?5`
+	// sqlStaleActiveSeenBare is sqlStaleActiveSeen from the index alone,
+	// for a gate where no row has a claim deadline (sqlAnyClaim): the
+	// common case, without a read of each row.
+	sqlStaleActiveSeenBare = `SELECT position, id, last_active, created_at, lane FROM sessions INDEXED BY sessions_seen ` +
+		`WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
+		`ORDER BY last_active, position LIMIT ?5`
+	// sqlAnyClaim finds whether any row of the gate has a claim deadline
+	// (index sessions_claim, migrations/0009): one seek.
+	sqlAnyClaim    = `SELECT 1 FROM sessions INDEXED BY sessions_claim WHERE gate = ?1 AND claim_deadline IS NOT NULL LIMIT 1`
 	sqlPurgeUnseen = `DELETE FROM sessions WHERE gate = ?1 AND position IN (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 LIMIT ?3` +
 		`) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
@@ -160,6 +169,7 @@ type wconn struct {
 	selectRow, rowExists, insertRow, updateRow  *stmt
 	deleteRow, firstWaiters, staleSeen          *stmt
 	staleActiveSeen, resetGateMarks             *stmt
+	staleActiveSeenBare, anyClaim               *stmt
 	purgeUnseen, cleanPurged                    *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
 	selectMeta, insertMeta, deleteMeta          *stmt
@@ -181,7 +191,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
 		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
-		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleActiveSeen, sqlStaleActiveSeen}, {&w.resetGateMarks, sqlResetGateMarks},
+		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleActiveSeen, sqlStaleActiveSeen}, {&w.staleActiveSeenBare, sqlStaleActiveSeenBare}, {&w.anyClaim, sqlAnyClaim}, {&w.resetGateMarks, sqlResetGateMarks},
 		{&w.purgeUnseen, sqlPurgeUnseen}, {&w.cleanPurged, sqlCleanPurged},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
@@ -223,7 +233,7 @@ func (w *wconn) close() error {
 		w.begin, w.commit, w.rollback,
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
-		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleActiveSeen, w.resetGateMarks, w.purgeUnseen, w.cleanPurged,
+		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleActiveSeen, w.staleActiveSeenBare, w.anyClaim, w.resetGateMarks, w.purgeUnseen, w.cleanPurged,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.allSettings,

@@ -132,7 +132,7 @@ func TestOpenRefusesAFileThatFailsQuickCheck(t *testing.T) {
 
 // copyFiles copies the named files of src's database to dir, as a crash
 // would leave them (the store stays open).
-func copyFiles(t *testing.T, src, dir string, suffixes ...string) string {
+func copyFiles(t testing.TB, src, dir string, suffixes ...string) string {
 	t.Helper()
 	dst := filepath.Join(dir, filepath.Base(src))
 	for _, suf := range suffixes {

@@ -31,6 +31,8 @@ func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 		{"purge waiting (the mark)", sqlStaleSeen, "sessions_seen", []any{"default", 1, 2, 3, 10}},
 		{"purge waiting without a sign of life", sqlPurgeUnseen, "sessions_unseen", []any{"default", 1, 10}},
 		{"purge idle active sessions (the active mark)", sqlStaleActiveSeen, "sessions_seen", []any{"default", 1, 2, 3, 10}},
+		{"the same from the index alone", sqlStaleActiveSeenBare, "COVERING INDEX sessions_seen", []any{"default", 1, 2, 3, 10}},
+		{"any claim deadline", sqlAnyClaim, "sessions_claim", []any{"default"}},
 		{"purge active", sqlPurgeActive, "sessions_seen", []any{"default", 1, 10, 1, 2, 3}},
 		{"delete purged rows", sqlCleanPurged, "sessions_seen", []any{"default", 10}},
 		{"first waiters", sqlFirstWaiters, "PRIMARY KEY", []any{"default", 1, 10, 1, 2}},

@@ -499,3 +499,43 @@ func TestALoweredMarkHoldsForTheRestOfItsTransaction(t *testing.T) {
 		assert.NoError(t, r2.err, "a0 was joined just before its release")
 	})
 }
+
+// A purge by the active mark reads an idle session's claim deadline from
+// its row when the gate has any (sqlAnyClaim), so that one promoted and
+// never claimed is reported as unclaimed, with its deadline, not as idle.
+func TestAnUnclaimedSessionPurgedByTheActiveMarkIsReportedUnclaimed(t *testing.T) {
+	s := openInternal(t)
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	cfg.ClaimTimeout = 10 * time.Second
+	for _, id := range []string{"a0", "w0"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	_, err := s.Release(ctx, cfg, "a0", epoch)
+	require.NoError(t, err)
+	w0, err := s.Get(ctx, cfg.Name, "w0")
+	require.NoError(t, err)
+	require.False(t, w0.ClaimDeadline.IsZero(), "promoted with a claim window")
+
+	var mu sync.Mutex
+	var purged []session.Event
+	s.SetCommitListener(func(c session.Commit) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range c.Events {
+			if e.Kind == session.EventDeactivated {
+				purged = append(purged, e)
+			}
+		}
+	})
+	rep, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Second), session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, rep.PurgedActive, "w0, by the active mark")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, purged, 1)
+	assert.Equal(t, session.Unclaimed, purged[0].Reason)
+	assert.Equal(t, w0.ClaimDeadline, purged[0].Session.ClaimDeadline)
+}

@@ -105,7 +105,7 @@ func TestOpenRefusesADuplicateSession(t *testing.T) {
 	assert.Contains(t, err.Error(), "stored twice")
 }
 
-func rawExec(t *testing.T, path string, stmts ...string) {
+func rawExec(t testing.TB, path string, stmts ...string) {
 	t.Helper()
 	db, err := sqlOpen(path)
 	require.NoError(t, err)

@@ -165,10 +165,23 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, status session.Status, cutoff, n int64) (int64, error) {
 	mark, stmt, cols := &e.mark, s.wc.staleSeen, 5
 	if status == session.StatusActive {
-		mark, stmt, cols = &e.activeMark, s.wc.staleActiveSeen, 6
+		mark, stmt = &e.activeMark, s.wc.staleActiveSeenBare
 	}
 	if !mark.less(purgeMark{cutoff, math.MinInt64}) {
 		return 0, nil // nothing the mark leaves live is below the cutoff
+	}
+	if status == session.StatusActive {
+		// An active session's claim deadline decides the reason of its
+		// purge; the index does not hold it, so the rows are read when
+		// the gate has any.
+		var one [1]driver.Value
+		claims, err := s.wc.queryRow(s.wc.anyClaim, one[:], e.name)
+		if err != nil {
+			return 0, err
+		}
+		if claims {
+			stmt, cols = s.wc.staleActiveSeen, 6
+		}
 	}
 	rows, err := s.wc.query(stmt, e.name, mark.seen, mark.pos, cutoff, n)
 	if err != nil {
