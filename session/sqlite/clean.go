@@ -218,22 +218,14 @@ func (s *Store) cleanGate(ctx context.Context, gate string) error {
 // in the future, and keep its slot, idle, until the clock caught up. With
 // the reset, only the sessions written before the cleaner ran are.
 //
-// Only a mark as stored is lowered: one an update raised earlier in this
-// transaction covers rows the statement did not see (it reads the stored
-// marks), and is left for the cleaner's next pass. The lowered marks are
-// stored at once, not at the transaction's end: the writer's row reads
-// (sqlSelectRow, sqlRowExists) leave out what the stored marks cover, and
-// keepLive dates by the marks it holds, so a stored mark above the held one
-// would hide a row written later in the same transaction.
+// Only marks as stored are lowered (the statement's condition): one an
+// update raised earlier in this transaction covers rows the statement did
+// not see (it reads the stored marks), and is left for the cleaner's next
+// pass. The lowered marks are stored at once, not at the transaction's
+// end: a later cleaner op of the same transaction deletes by the stored
+// marks, and keepLive dates by the held ones, so a stored mark above the
+// held one would delete a row written below it in between.
 func (s *Store) resetMarks(b *batch, gate string) error {
-	var dest [9]driver.Value
-	found, err := s.wc.queryRow(s.wc.selectGate, dest[:], gate)
-	if err != nil {
-		return fmt.Errorf("reset the purge marks of gate %q: %w", gate, err)
-	}
-	if !found {
-		return nil // no gate row: nothing to reset, and none to create
-	}
 	e, err := s.gate(b, gate)
 	if err != nil {
 		return err
@@ -241,14 +233,13 @@ func (s *Store) resetMarks(b *batch, gate string) error {
 	if e.mark == noMark && e.activeMark == noMark {
 		return nil
 	}
-	if e.mark != (purgeMark{asInt(dest[5]), asInt(dest[6])}) || e.activeMark != (purgeMark{asInt(dest[7]), asInt(dest[8])}) {
-		return nil
-	}
-	if _, err := s.wc.exec(s.wc.resetGateMarks, gate); err != nil {
+	n, err := s.wc.exec(s.wc.resetGateMarks, gate, e.mark.seen, e.mark.pos, e.activeMark.seen, e.activeMark.pos)
+	if err != nil {
 		return fmt.Errorf("reset the purge marks of gate %q: %w", gate, err)
 	}
-	e.mark, e.activeMark = noMark, noMark
-	e.save = true
+	if n > 0 {
+		e.mark, e.activeMark = noMark, noMark
+	}
 	return nil
 }
 
@@ -292,8 +283,7 @@ var (
 // taken. It returns how many rows it deleted, and whether it stopped for
 // the budget (rows may be left, and the marks stay).
 func (s *Store) cleanRest() (deleted int64, stopped bool, err error) {
-	st, err := prepareOn(s.wc.c, `SELECT name FROM gates WHERE purged_seen > -9223372036854775808 OR purged_position > -9223372036854775808 `+
-		`OR active_purged_seen > -9223372036854775808 OR active_purged_position > -9223372036854775808`)
+	st, err := prepareOn(s.wc.c, `SELECT name FROM gates WHERE `+marksRaised)
 	if err != nil {
 		return 0, false, fmt.Errorf("delete purged sessions: %w", err)
 	}
@@ -332,10 +322,7 @@ func (s *Store) cleanRest() (deleted int64, stopped bool, err error) {
 // sqlResetMarks lowers every gate's purge marks back to noMark: once no
 // row is left below them (Close after its deletion, Open after its own),
 // they cover nothing. See resetMarks.
-const sqlResetMarks = `UPDATE gates SET purged_seen = -9223372036854775808, purged_position = -9223372036854775808, ` +
-	`active_purged_seen = -9223372036854775808, active_purged_position = -9223372036854775808 ` +
-	`WHERE purged_seen <> -9223372036854775808 OR purged_position <> -9223372036854775808 ` +
-	`OR active_purged_seen <> -9223372036854775808 OR active_purged_position <> -9223372036854775808`
+const sqlResetMarks = `UPDATE gates SET ` + setNoMarks + ` WHERE ` + marksRaised
 
 // deleteInChunks deletes the purged rows of gates with del (restChunk rows
 // a call, returning how many it deleted) until none is left, running
@@ -377,9 +364,7 @@ func deleteInChunks(gates []string, deadline time.Time, del func(gate string) (i
 func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string, error) {
 	rows, err := conn.QueryContext(ctx, `SELECT name, `+
 		`typeof(purged_seen) = 'integer' AND typeof(purged_position) = 'integer' AND typeof(active_purged_seen) = 'integer' AND typeof(active_purged_position) = 'integer', `+
-		`waiting, active, purged_seen > ?1 OR active_purged_seen > ?1 FROM gates `+
-		`WHERE purged_seen IS NOT -9223372036854775808 OR purged_position IS NOT -9223372036854775808 `+
-		`OR active_purged_seen IS NOT -9223372036854775808 OR active_purged_position IS NOT -9223372036854775808`, wallNow().Add(markHorizon).UnixNano())
+		`waiting, active, purged_seen > ?1 OR active_purged_seen > ?1 FROM gates WHERE `+marksRaised, wallNow().Add(markHorizon).UnixNano())
 	if err != nil {
 		return nil, fmt.Errorf("check purge marks: %w", err)
 	}
@@ -474,6 +459,6 @@ var wallNow = time.Now
 // markAdvice says how to go on from a damaged purge mark of gate.
 func markAdvice(gate string) string {
 	return fmt.Sprintf("Restore it from a backup; to keep every row and let the next updates purge again whoever is stale (some departures are then reported twice), reset the marks: "+
-		"UPDATE gates SET purged_seen = -9223372036854775808, purged_position = -9223372036854775808, active_purged_seen = -9223372036854775808, active_purged_position = -9223372036854775808 WHERE name = '%s'",
+		"UPDATE gates SET "+setNoMarks+" WHERE name = '%s'",
 		strings.ReplaceAll(gate, "'", "''"))
 }

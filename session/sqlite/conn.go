@@ -21,9 +21,9 @@ const (
 	sqlInsertGate = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
 	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ?, purged_seen = ?, purged_position = ?, active_purged_seen = ?, active_purged_position = ? WHERE name = ?`
 	// sqlResetGateMarks lowers a gate's purge marks to noMark at once,
-	// before the transaction's end (resetMarks).
-	sqlResetGateMarks = `UPDATE gates SET purged_seen = -9223372036854775808, purged_position = -9223372036854775808, ` +
-		`active_purged_seen = -9223372036854775808, active_purged_position = -9223372036854775808 WHERE name = ?`
+	// before the transaction's end, if they are stored as ?2..?5 (resetMarks).
+	sqlResetGateMarks = `UPDATE gates SET ` + setNoMarks + ` WHERE name = ?1 ` +
+		`AND purged_seen = ?2 AND purged_position = ?3 AND active_purged_seen = ?4 AND active_purged_position = ?5`
 	// A waiting row is live unless the update purged it (migrations/0011):
 	// not to be called back, and its (last_active, position) below the
 	// gate's purge mark. The purged rows wait for the cleaner, and every
@@ -31,11 +31,11 @@ const (
 	// condition: the writer's statements with the mark it holds (?mark:
 	// two parameters), which runs ahead of the stored one inside a
 	// transaction; the others with the mark as stored, in their snapshot.
-	// sqlSelectRow and sqlRowExists, which the writer also runs, take the
-	// stored mark: the writer reaches a row by its id only through the id
-	// index, which drops a purged session in the transaction that purges it,
-	// and the stored mark is never above the one the writer holds (a mark
-	// that goes back down is stored at once, resetMarks).
+	// The writer's reads of a row by its id (sqlSelectRow, sqlRowExists)
+	// need no condition: it reaches a row by its id only through the id
+	// index, which drops a purged session in the transaction that purges
+	// it. The read pool's (sqlGetRow) does: it may read the row between
+	// the commit of a purge and the index's.
 	//
 	// An active row is live in the same way unless the update purged it
 	// (migrations/0012): not to be called back, and its (last_active,
@@ -47,8 +47,9 @@ const (
 	// end of the gate's range.
 	sqlBounds = `SELECT (SELECT position FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 AND ` + liveWaiter3 + ` ORDER BY position LIMIT 1), ` +
 		`(SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND ` + liveWaiter3 + ` ORDER BY position DESC LIMIT 1)`
-	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position = ?2 AND id = ?3 AND ` + liveStored
-	sqlRowExists    = `SELECT 1 FROM sessions WHERE gate = ?1 AND position = ?2 AND ` + liveStored
+	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position = ?2 AND id = ?3`
+	sqlGetRow       = sqlSelectRow + ` AND ` + liveStored
+	sqlRowExists    = `SELECT 1 FROM sessions WHERE gate = ?1 AND position = ?2`
 	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ?, claim_deadline = ?, notify = ? WHERE gate = ? AND position = ?`
 	sqlDeleteRow    = `DELETE FROM sessions WHERE gate = ? AND position = ?`
@@ -67,24 +68,17 @@ const (
 	// The branches are disjoint (UNION ALL, no sort): the claim branch
 	// leaves out the rows the first ones select.
 	//
-	// sqlStaleSeen reads the waiters the update purges by raising the mark
-	// (migrations/0011), from the mark (?2, ?3) up to the cutoff ?4, in the
-	// mark's order, from the index alone: it holds all a purge reports.
-	sqlStaleSeen = `SELECT position, id, last_active, created_at, lane FROM sessions INDEXED BY sessions_seen ` +
-		`WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
-		`ORDER BY last_active, position LIMIT ?5`
-	// sqlStaleActiveSeen reads the idle active sessions the update purges by
-	// raising the active mark (migrations/0012), as sqlStaleSeen reads the
-	// waiters; claim_deadline, which the index does not hold, decides the
-	// reason reported (idle, or unclaimed).
-	sqlStaleActiveSeen = `SELECT position, id, last_active, created_at, lane, claim_deadline FROM sessions INDEXED BY sessions_seen ` +
-		`WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
-		`ORDER BY last_active, position LIMIT ?5`
-	// sqlStaleActiveSeenBare is sqlStaleActiveSeen from the index alone,
-	// for a gate where no row has a claim deadline (sqlAnyClaim): the
-	// common case, without a read of each row.
-	sqlStaleActiveSeenBare = `SELECT position, id, last_active, created_at, lane FROM sessions INDEXED BY sessions_seen ` +
-		`WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
+	// sqlStaleSeen reads the sessions of status ?6 the update purges by
+	// raising that status's mark (migrations/0011, 0012), from the mark
+	// (?2, ?3) up to the cutoff ?4, in the mark's order, from the index
+	// alone: it holds all a purge reports, but an active session's claim
+	// deadline, which decides the reason reported (idle, or unclaimed).
+	// sqlStaleSeenClaim reads that too, from the row: for a gate where a
+	// row has one (sqlAnyClaim).
+	sqlStaleSeen      = `SELECT position, id, last_active, created_at, lane` + staleSeenRange
+	sqlStaleSeenClaim = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenRange
+	staleSeenRange    = ` FROM sessions INDEXED BY sessions_seen ` +
+		`WHERE gate = ?1 AND status = ?6 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
 		`ORDER BY last_active, position LIMIT ?5`
 	// sqlAnyClaim finds whether any row of the gate has a claim deadline
 	// (index sessions_claim, migrations/0009): one seek.
@@ -141,6 +135,16 @@ const (
 		`OR (status = 1 AND (last_active, position) >= (SELECT active_purged_seen, active_purged_position FROM gates WHERE name = ?1)))`
 )
 
+// The marks as stored in table gates: the condition of a gate whose marks
+// were raised (either mark, either column; IS NOT, so that a damaged value
+// counts too), and the assignment that lowers them to noMark.
+const (
+	marksRaised = `(purged_seen IS NOT -9223372036854775808 OR purged_position IS NOT -9223372036854775808 ` +
+		`OR active_purged_seen IS NOT -9223372036854775808 OR active_purged_position IS NOT -9223372036854775808)`
+	setNoMarks = `purged_seen = -9223372036854775808, purged_position = -9223372036854775808, ` +
+		`active_purged_seen = -9223372036854775808, active_purged_position = -9223372036854775808`
+)
+
 // stmt is a statement prepared on the writer's driver connection.
 type stmt struct {
 	st driver.Stmt
@@ -168,8 +172,7 @@ type wconn struct {
 	selectGate, insertGate, updateGate, bounds  *stmt
 	selectRow, rowExists, insertRow, updateRow  *stmt
 	deleteRow, firstWaiters, staleSeen          *stmt
-	staleActiveSeen, resetGateMarks             *stmt
-	staleActiveSeenBare, anyClaim               *stmt
+	staleSeenClaim, anyClaim, resetGateMarks    *stmt
 	purgeUnseen, cleanPurged                    *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
 	selectMeta, insertMeta, deleteMeta          *stmt
@@ -191,7 +194,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
 		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
-		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleActiveSeen, sqlStaleActiveSeen}, {&w.staleActiveSeenBare, sqlStaleActiveSeenBare}, {&w.anyClaim, sqlAnyClaim}, {&w.resetGateMarks, sqlResetGateMarks},
+		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleSeenClaim, sqlStaleSeenClaim}, {&w.anyClaim, sqlAnyClaim}, {&w.resetGateMarks, sqlResetGateMarks},
 		{&w.purgeUnseen, sqlPurgeUnseen}, {&w.cleanPurged, sqlCleanPurged},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
@@ -233,7 +236,7 @@ func (w *wconn) close() error {
 		w.begin, w.commit, w.rollback,
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
-		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleActiveSeen, w.staleActiveSeenBare, w.anyClaim, w.resetGateMarks, w.purgeUnseen, w.cleanPurged,
+		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleSeenClaim, w.anyClaim, w.resetGateMarks, w.purgeUnseen, w.cleanPurged,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.allSettings,
@@ -380,7 +383,7 @@ type readerStmts struct {
 
 func (r *readerStmts) prepare(ctx context.Context, db *sql.DB) error {
 	var err error
-	if r.get, err = db.PrepareContext(ctx, sqlSelectRow); err != nil {
+	if r.get, err = db.PrepareContext(ctx, sqlGetRow); err != nil {
 		return err
 	}
 	r.rows, err = db.PrepareContext(ctx, sqlAllRows)

@@ -28,10 +28,9 @@ func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 		name, q, index string
 		args           []any
 	}{
-		{"purge waiting (the mark)", sqlStaleSeen, "sessions_seen", []any{"default", 1, 2, 3, 10}},
+		{"purge by a mark, from the index alone", sqlStaleSeen, "COVERING INDEX sessions_seen", []any{"default", 1, 2, 3, 10, 0}},
 		{"purge waiting without a sign of life", sqlPurgeUnseen, "sessions_unseen", []any{"default", 1, 10}},
-		{"purge idle active sessions (the active mark)", sqlStaleActiveSeen, "sessions_seen", []any{"default", 1, 2, 3, 10}},
-		{"the same from the index alone", sqlStaleActiveSeenBare, "COVERING INDEX sessions_seen", []any{"default", 1, 2, 3, 10}},
+		{"purge by a mark, claim deadlines from the rows", sqlStaleSeenClaim, "sessions_seen", []any{"default", 1, 2, 3, 10, 1}},
 		{"any claim deadline", sqlAnyClaim, "sessions_claim", []any{"default"}},
 		{"purge active", sqlPurgeActive, "sessions_seen", []any{"default", 1, 10, 1, 2, 3}},
 		{"delete purged rows", sqlCleanPurged, "sessions_seen", []any{"default", 10}},

@@ -179,11 +179,13 @@ func TestAnActiveSessionDatedBelowTheActiveMarkStaysLive(t *testing.T) {
 	require.ErrorIs(t, err, session.ErrNotFound)
 }
 
-// A session promoted with a claim window and purged by the active mark
-// (idle, its claim missed) stays purged when a later update runs on a
-// clock set back: the branch that deletes the unclaimed leaves the rows
-// below the mark out, or the session would be counted out twice.
-func TestAnUnclaimedSessionBelowTheActiveMarkIsNotPurgedTwice(t *testing.T) {
+// A session promoted with a claim window and never claimed, idle past the
+// active timeout, is purged by the active mark and reported as unclaimed
+// with its deadline, not as idle: its claim deadline is read from its row
+// when the gate has any (sqlAnyClaim). It stays purged when a later update
+// runs on a clock set back: the branch that deletes the unclaimed leaves
+// the rows below the mark out, or the session would be counted out twice.
+func TestAnUnclaimedSessionPurgedByTheActiveMarkIsReportedOnce(t *testing.T) {
 	s := openInternal(t)
 	holdCleaner(t, s)
 	ctx := context.Background()
@@ -200,6 +202,17 @@ func TestAnUnclaimedSessionBelowTheActiveMarkIsNotPurgedTwice(t *testing.T) {
 	require.Equal(t, session.StatusActive, w0.Status)
 	require.False(t, w0.ClaimDeadline.IsZero(), "promoted with a claim window")
 
+	var mu sync.Mutex
+	var purged []session.Event
+	s.SetCommitListener(func(c session.Commit) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range c.Events {
+			if e.Kind == session.EventDeactivated {
+				purged = append(purged, e)
+			}
+		}
+	})
 	rep, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Second), session.DefaultUpdateChunk)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, rep.PurgedActive, "w0, by the active mark")
@@ -211,42 +224,76 @@ func TestAnUnclaimedSessionBelowTheActiveMarkIsNotPurgedTwice(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, snaps[cfg.Name].State.Active)
 	assert.Empty(t, snaps[cfg.Name].Active)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, purged, 1, "reported once")
+	assert.Equal(t, session.Unclaimed, purged[0].Reason)
+	assert.Equal(t, w0.ClaimDeadline, purged[0].Session.ClaimDeadline)
 }
 
-// A process that stops before the cleaner deleted the purged active rows
-// leaves them in the file: the next Open deletes them before it reads
-// anything. A clean stop deletes them itself (Close), even when the
-// update raised only the active mark.
-func TestTheRowsOfPurgedActiveSessionsAreDeletedByOpenAndClose(t *testing.T) {
-	t.Run("after a stop", func(t *testing.T) {
-		s, cfg, _, _, _ := activePurgeFixture(t)
-		crashed := copyFiles(t, s.Path(), t.TempDir(), "", "-wal")
-		log := &sessiontest.LogBuffer{}
-		r := reopen(t, crashed, log)
-		assert.Contains(t, log.String(), "deleted the rows of sessions purged before the last stop")
-		assert.Contains(t, log.String(), "rows=2")
-		assert.NotContains(t, log.String(), "did not match", "the counters agree with the rows left")
-		assert.Equal(t, 5, physicalRows(t, r, cfg.Name))
-		assert.Equal(t, [4]int64{math.MinInt64, math.MinInt64, math.MinInt64, math.MinInt64}, storedMarks(t, r.readDB, cfg.Name), "nothing is left below the marks: they cover nothing again")
-		snaps, err := r.Load(context.Background(), []string{cfg.Name})
-		require.NoError(t, err)
-		assert.EqualValues(t, 3, snaps[cfg.Name].State.Active)
-		assert.Equal(t, []string{"a1", "w0", "w1"}, activeIDs(snaps[cfg.Name].Active))
-	})
-	t.Run("at close", func(t *testing.T) {
-		s, cfg, _, _, _ := activePurgeFixture(t)
-		path := s.Path()
-		require.NoError(t, s.Close()) // with the cleaner held
-		db, err := sqlOpen(path)
-		require.NoError(t, err)
-		assert.Equal(t, [4]int64{math.MinInt64, math.MinInt64, math.MinInt64, math.MinInt64}, storedMarks(t, db, cfg.Name), "Close deleted every purged row: the marks cover nothing again")
-		require.NoError(t, db.Close())
-		log := &sessiontest.LogBuffer{}
-		r := reopen(t, path, log)
-		assert.NotContains(t, log.String(), "purged before the last stop")
-		assert.Contains(t, log.String(), "loaded from the snapshot")
-		assert.Equal(t, 5, physicalRows(t, r, cfg.Name))
-	})
+// A process that stops before the cleaner deleted the purged rows leaves
+// them in the file: the next Open deletes them before it reads anything,
+// so that its index and counters hold only live sessions. A clean stop
+// deletes them itself (Close), so that the next start takes the index's
+// snapshot. Either way the marks then cover nothing again. The same for
+// the rows of either mark: waiters (purgeFixture, four rows in two
+// statements and a checkpoint) or idle active sessions alone
+// (activePurgeFixture, two rows).
+func TestThePurgedRowsAStopOrACloseLeftAreDeleted(t *testing.T) {
+	defer func(n int64) { restChunk = n }(restChunk)
+	restChunk = 3
+	noMarks := [4]int64{math.MinInt64, math.MinInt64, math.MinInt64, math.MinInt64}
+	for _, tc := range []struct {
+		name          string
+		fixture       func(t *testing.T) (*Store, string)
+		purged, live  int
+		loadedLiveSet func(t *testing.T, snap session.GateSnapshot)
+	}{
+		{"waiters", func(t *testing.T) (*Store, string) {
+			s, cfg, _, _ := purgeFixture(t)
+			return s, cfg.Name
+		}, 4, 8, func(t *testing.T, snap session.GateSnapshot) {
+			assert.EqualValues(t, 6, snap.State.Waiting)
+			assert.Equal(t, []int64{3, 8, 9, 10, 11, 12}, snap.Waiting)
+		}},
+		{"idle active sessions", func(t *testing.T) (*Store, string) {
+			s, cfg, _, _, _ := activePurgeFixture(t)
+			return s, cfg.Name
+		}, 2, 5, func(t *testing.T, snap session.GateSnapshot) {
+			assert.EqualValues(t, 3, snap.State.Active)
+			assert.Equal(t, []string{"a1", "w0", "w1"}, activeIDs(snap.Active))
+		}},
+	} {
+		t.Run(tc.name+", after a stop", func(t *testing.T) {
+			s, gate := tc.fixture(t)
+			crashed := copyFiles(t, s.Path(), t.TempDir(), "", "-wal")
+			log := &sessiontest.LogBuffer{}
+			r := reopen(t, crashed, log)
+			assert.Contains(t, log.String(), "deleted the rows of sessions purged before the last stop")
+			assert.Contains(t, log.String(), fmt.Sprintf("rows=%d", tc.purged))
+			assert.NotContains(t, log.String(), "did not match", "the counters agree with the rows left")
+			assert.Equal(t, tc.live, physicalRows(t, r, gate))
+			assert.Equal(t, noMarks, storedMarks(t, r.readDB, gate), "nothing is left below the marks: they cover nothing again")
+			snaps, err := r.Load(context.Background(), []string{gate})
+			require.NoError(t, err)
+			tc.loadedLiveSet(t, snaps[gate])
+		})
+		t.Run(tc.name+", at close", func(t *testing.T) {
+			s, gate := tc.fixture(t)
+			path := s.Path()
+			require.NoError(t, s.Close()) // with the cleaner held
+			db, err := sqlOpen(path)
+			require.NoError(t, err)
+			assert.Equal(t, noMarks, storedMarks(t, db, gate), "Close deleted every purged row: the marks cover nothing again")
+			require.NoError(t, db.Close())
+			log := &sessiontest.LogBuffer{}
+			r := reopen(t, path, log)
+			assert.NotContains(t, log.String(), "purged before the last stop")
+			assert.Contains(t, log.String(), "loaded from the snapshot")
+			assert.Equal(t, tc.live, physicalRows(t, r, gate))
+		})
+	}
 }
 
 // A waiter promoted on a clock set back below the active mark is stored at
@@ -437,9 +484,9 @@ func TestTheCleanerRetriesAFailedPass(t *testing.T) {
 }
 
 // When the cleaner lowers a mark that lay ahead of the clock, the ops that
-// share its transaction see the lowered mark at once, in the table too: a
-// session joined there with the right clock (below the old mark) is found
-// by the next op, not joined twice, released, and the file opens again.
+// share its transaction go on from the lowered mark: a session joined there
+// with the right clock (below the old mark) is found by the next op, not
+// joined twice, released, and the file opens again.
 func TestALoweredMarkHoldsForTheRestOfItsTransaction(t *testing.T) {
 	aheadFixture := func(t *testing.T) (*Store, session.GateConfig) {
 		t.Helper()
@@ -498,44 +545,4 @@ func TestALoweredMarkHoldsForTheRestOfItsTransaction(t *testing.T) {
 		require.NoError(t, r1.err)
 		assert.NoError(t, r2.err, "a0 was joined just before its release")
 	})
-}
-
-// A purge by the active mark reads an idle session's claim deadline from
-// its row when the gate has any (sqlAnyClaim), so that one promoted and
-// never claimed is reported as unclaimed, with its deadline, not as idle.
-func TestAnUnclaimedSessionPurgedByTheActiveMarkIsReportedUnclaimed(t *testing.T) {
-	s := openInternal(t)
-	holdCleaner(t, s)
-	ctx := context.Background()
-	cfg := sessiontest.GateConfig("default", 1)
-	cfg.ClaimTimeout = 10 * time.Second
-	for _, id := range []string{"a0", "w0"} {
-		_, err := s.Join(ctx, cfg, id, epoch)
-		require.NoError(t, err)
-	}
-	_, err := s.Release(ctx, cfg, "a0", epoch)
-	require.NoError(t, err)
-	w0, err := s.Get(ctx, cfg.Name, "w0")
-	require.NoError(t, err)
-	require.False(t, w0.ClaimDeadline.IsZero(), "promoted with a claim window")
-
-	var mu sync.Mutex
-	var purged []session.Event
-	s.SetCommitListener(func(c session.Commit) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, e := range c.Events {
-			if e.Kind == session.EventDeactivated {
-				purged = append(purged, e)
-			}
-		}
-	})
-	rep, err := s.Update(ctx, cfg, epoch.Add(cfg.ActiveTimeout+time.Second), session.DefaultUpdateChunk)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, rep.PurgedActive, "w0, by the active mark")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, purged, 1)
-	assert.Equal(t, session.Unclaimed, purged[0].Reason)
-	assert.Equal(t, w0.ClaimDeadline, purged[0].Session.ClaimDeadline)
 }

@@ -211,42 +211,6 @@ func TestAWaiterDatedBelowTheMarkStaysLive(t *testing.T) {
 	require.ErrorIs(t, err, session.ErrNotFound)
 }
 
-// A process that stops before the cleaner deleted the purged rows leaves
-// them in the file: the next Open deletes them before it reads anything,
-// so that its index and counters hold only live sessions.
-func TestOpenDeletesThePurgedRowsAStopLeft(t *testing.T) {
-	defer func(n int64) { restChunk = n }(restChunk)
-	restChunk = 3 // the four rows take two statements and a checkpoint
-	s, cfg, _, _ := purgeFixture(t)
-	crashed := copyFiles(t, s.Path(), t.TempDir(), "", "-wal")
-	log := &sessiontest.LogBuffer{}
-	r := reopen(t, crashed, log)
-	assert.Contains(t, log.String(), "deleted the rows of sessions purged before the last stop")
-	assert.Contains(t, log.String(), "rows=4")
-	assert.NotContains(t, log.String(), "did not match", "the counters agree with the rows left")
-	assert.Equal(t, 8, physicalRows(t, r, cfg.Name))
-	snaps, err := r.Load(context.Background(), []string{cfg.Name})
-	require.NoError(t, err)
-	assert.EqualValues(t, 6, snaps[cfg.Name].State.Waiting)
-	assert.Equal(t, []int64{3, 8, 9, 10, 11, 12}, snaps[cfg.Name].Waiting)
-}
-
-// Close deletes what the cleaner left, so that the next start finds a file
-// without purged rows and takes the index's snapshot.
-func TestCloseDeletesThePurgedRowsLeft(t *testing.T) {
-	defer func(n int64) { restChunk = n }(restChunk)
-	restChunk = 3 // the four rows take two statements and a checkpoint
-	s, cfg, _, _ := purgeFixture(t)
-	path := s.Path()
-	require.NoError(t, s.Close()) // with the cleaner held
-
-	log := &sessiontest.LogBuffer{}
-	r := reopen(t, path, log)
-	assert.NotContains(t, log.String(), "purged before the last stop")
-	assert.Contains(t, log.String(), "loaded from the snapshot")
-	assert.Equal(t, 8, physicalRows(t, r, cfg.Name))
-}
-
 // One update purges stale waiters by the mark, then promotes into the slots
 // its purge of idle sessions freed: the promotions step over the purged
 // rows, still in the table, to the live waiters behind them, and the line's

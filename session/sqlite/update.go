@@ -165,7 +165,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, status session.Status, cutoff, n int64) (int64, error) {
 	mark, stmt, cols := &e.mark, s.wc.staleSeen, 5
 	if status == session.StatusActive {
-		mark, stmt = &e.activeMark, s.wc.staleActiveSeenBare
+		mark = &e.activeMark
 	}
 	if !mark.less(purgeMark{cutoff, math.MinInt64}) {
 		return 0, nil // nothing the mark leaves live is below the cutoff
@@ -180,10 +180,10 @@ func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, status session.Status, 
 			return 0, err
 		}
 		if claims {
-			stmt, cols = s.wc.staleActiveSeen, 6
+			stmt, cols = s.wc.staleSeenClaim, 6
 		}
 	}
-	rows, err := s.wc.query(stmt, e.name, mark.seen, mark.pos, cutoff, n)
+	rows, err := s.wc.query(stmt, e.name, mark.seen, mark.pos, cutoff, n, statusValue(status))
 	if err != nil {
 		return 0, err
 	}
