@@ -306,7 +306,10 @@ func (v *AdmissionVerifier) Redeem(ctx context.Context, tok string) (Admission, 
 }
 
 // errUnreachable marks a redeem that got no answer of the sidecar's: a
-// network error, a timeout, a 5xx or 429.
+// network error, a timeout, a 5xx. A 429 is an answer: the sidecar never
+// sends one for a redeem, so it comes from a limiter in front of it, which
+// an attacker replaying a token could set off on purpose while the sidecar
+// is up; it is refused (503) and never counts toward FailOpenAfter.
 var errUnreachable = errors.New("sidecar unreachable")
 
 func (v *AdmissionVerifier) redeem(ctx context.Context, jti string) error {
@@ -335,9 +338,9 @@ func (v *AdmissionVerifier) redeem(ctx context.Context, jti string) error {
 		return session.Errorf(session.CodeAlreadyRedeemed, "guard: admission %q already redeemed", jti)
 	case resp.StatusCode == http.StatusNotFound && code == session.CodeAdmissionNotFound:
 		return session.Errorf(session.CodeAdmissionNotFound, "guard: the sidecar knows no admission %q", jti)
-	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
+	case resp.StatusCode >= 500:
 		return fmt.Errorf("%w: %s", errUnreachable, resp.Status)
-	default: // 401 (a wrong API key), 404 without the code (a wrong URL): a misconfiguration, never open
+	default: // 401 (a wrong API key), 404 without the code (a wrong URL): a misconfiguration; 429 (a limiter in front): never open
 		return session.Errorf(session.CodeUnavailable, "guard: the sidecar answered the redeem %s %s", resp.Status, code)
 	}
 }

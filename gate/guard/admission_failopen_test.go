@@ -79,3 +79,39 @@ func TestFailOpenCountsTheCallersDeadline(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, a.FailedOpen, "unanswered for FailOpenAfter: open")
 }
+
+// A 429 is an answer, not an outage: the sidecar never sends one for a
+// redeem, so it comes from a limiter in front of it, which an attacker
+// replaying a redeemed token can set off on purpose while the sidecar is
+// up. It is refused (fail closed) and never makes FailOpenAfter let a
+// token through unredeemed; a 503 for as long does.
+func TestFailOpenIgnoresRateLimits(t *testing.T) {
+	for _, tc := range []struct {
+		status int32
+		opens  bool
+	}{
+		{http.StatusTooManyRequests, false},
+		{http.StatusServiceUnavailable, true},
+		{http.StatusBadGateway, true},
+	} {
+		t.Run(http.StatusText(int(tc.status)), func(t *testing.T) {
+			e := newAdmEnv(t, func(o *guard.AdmissionOptions) { o.FailOpenAfter = time.Minute })
+			tok := e.admission(t, "sale")
+			status, _ := e.checkout(t, guard.AdmissionHeader, tok) // keys fetched, tok redeemed
+			require.Equal(t, http.StatusOK, status)
+
+			e.redeemStatus.Store(tc.status)
+			for range 14 { // a replay every 5 s for over a minute
+				status, _ = e.checkout(t, guard.AdmissionHeader, tok)
+				e.sc.Clock.Advance(5 * time.Second)
+			}
+			if tc.opens {
+				assert.Equal(t, http.StatusOK, status, "failed for FailOpenAfter without a break: open")
+				assert.True(t, e.last.Load().FailedOpen)
+				return
+			}
+			assert.Equal(t, http.StatusServiceUnavailable, status, "a replay of a redeemed token passed behind a limiter")
+			assert.EqualValues(t, 1, e.served.Load())
+		})
+	}
+}

@@ -36,6 +36,9 @@ type admEnv struct {
 	verifier *guard.AdmissionVerifier
 	// down makes the sidecar answer 503 to everything.
 	down atomic.Bool
+	// redeemStatus, when not 0, is the status every redeem is answered
+	// with (what a limiter or proxy in front of the sidecar may send).
+	redeemStatus atomic.Int32
 	// jwksHits counts the sidecar's JWKS requests.
 	jwksHits atomic.Int64
 	// served counts requests the checkout handler got.
@@ -57,6 +60,10 @@ func newAdmEnv(t *testing.T, adjust func(*guard.AdmissionOptions)) *admEnv {
 				}
 				if e.down.Load() {
 					http.Error(w, "down", http.StatusServiceUnavailable)
+					return
+				}
+				if st := e.redeemStatus.Load(); st != 0 && strings.HasSuffix(r.URL.Path, "/api/redeem") {
+					http.Error(w, http.StatusText(int(st)), int(st))
 					return
 				}
 				sidecar.ServeHTTP(w, r)
