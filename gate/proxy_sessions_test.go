@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/token"
 )
 
 // sessionCount is how many sessions the default gate holds.
@@ -255,4 +257,37 @@ func TestProxyStripsAnteroomCredentialsAndSpoofedHeaders(t *testing.T) {
 	e = get("/public/x.css", append([]string{"Cookie", gate.CookieName + "=" + tok}, spoofed...)...)
 	assert.Empty(t, e.anteroomHeaders())
 	assert.Empty(t, e.Header["Cookie"])
+}
+
+// In proxy mode a visitor whose own cookie comes after many foreign ones (a
+// sibling subdomain's, set for the parent domain on every prefix of a deep
+// path: browsers send the longest paths first) is still the same session:
+// let through, no new session, no Set-Cookie that would replace theirs and
+// lose their place.
+func TestProxyKeepsAVisitorBehindManyForeignCookies(t *testing.T) {
+	app := upstreamApp(t, nil)
+	h := proxyHarness(t, app.URL)
+	r := do(t, newClient(t), http.MethodGet, h.url+"/dashboard", "", "", "Accept", acceptHTML)
+	require.Equal(t, http.StatusOK, r.status)
+	var own string
+	for _, c := range (&http.Response{Header: r.header}).Cookies() {
+		if c.Name == gate.CookieName {
+			own = c.Value
+		}
+	}
+	require.NotEmpty(t, own)
+	other, err := token.NewSigner([]byte(strings.Repeat("f", 32)))
+	require.NoError(t, err)
+	foreign, err := other.Sign("mallory")
+	require.NoError(t, err)
+	deep := "/" + strings.Repeat("a/", 60) + "page"
+	for _, ahead := range []int{10, 63, 64, 100, 300} {
+		parts := slices.Repeat([]string{gate.CookieName + "=" + foreign}, ahead)
+		cookie := strings.Join(append(parts, gate.CookieName+"="+own), "; ")
+		r := do(t, newClient(t), http.MethodGet, h.url+deep, "", "", "Accept", acceptHTML, "Cookie", cookie)
+		assert.Equal(t, http.StatusOK, r.status, "%d foreign cookies ahead", ahead)
+		assert.Contains(t, r.raw, "app: GET "+deep, "%d foreign cookies ahead", ahead)
+		assert.Empty(t, r.header.Get("Set-Cookie"), "%d foreign cookies ahead: the visitor's cookie replaced", ahead)
+	}
+	assert.EqualValues(t, 1, h.sessionCount(t), "one visitor, one session")
 }

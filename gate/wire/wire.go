@@ -162,43 +162,71 @@ func BearerToken(h http.Header) string {
 	return ""
 }
 
-// MaxCookies is how many values of one cookie name Cookies yields at most.
-// A browser sends one per matching domain and path, longest path first, so
-// a sibling subdomain that sets the name for the parent domain on every
-// prefix of a deep URL's path can send many ahead of the visitor's own
-// (Path=/): eight were pushed out by /a/b/c/d/page. 64 covers any path of
-// up to 32 segments; more are forged, and must not make the server verify
-// thousands (each costs one HMAC).
+// MaxCookies is how many values of one cookie name Cookies yields at most:
+// the first MaxCookies/2 and the last MaxCookies/2 sent. A browser sends
+// one per matching domain and path, longest path first, so a sibling
+// subdomain that sets the name for the parent domain on every prefix of a
+// deep URL's path sends many ahead of the visitor's own (Path=/, among the
+// last: only a handful of domain levels can hold a Path=/ cookie of the
+// name); more than MaxCookies are forged, and must not make the server
+// verify thousands (each costs one HMAC).
 const MaxCookies = 64
 
 // Cookies yields the values of the cookies called name in h's Cookie
-// headers, in the order sent, at most MaxCookies of them, without parsing
-// the other cookies (http.Request.Cookie builds every cookie of the header,
-// and the check runs on every request of the app). Like net/http it drops
-// the quotes around a quoted value. Two cookies of one name are common: one
-// set for this host and one by a sibling subdomain for the parent domain;
-// the caller picks the first that verifies. It never fails and does not
-// allocate.
+// headers, in the order sent: all of them up to MaxCookies, else the first
+// and the last MaxCookies/2 (so that no number of cookies sent ahead of
+// the visitor's own, deep paths first, pushes it out). It does not parse
+// the other cookies (http.Request.Cookie builds every cookie of the
+// header, and the check runs on every request of the app). Like net/http
+// it drops the quotes around a quoted value. Two cookies of one name are
+// common: one set for this host and one by a sibling subdomain for the
+// parent domain; the caller picks the first that verifies. It never fails
+// and does not allocate.
 func Cookies(h http.Header, name string) iter.Seq[string] {
 	return func(yield func(string) bool) {
-		n := 0
-		for _, line := range h["Cookie"] {
-			for line != "" {
-				var part string
-				part, line, _ = strings.Cut(line, ";")
-				k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-				if !ok || strings.TrimSpace(k) != name {
-					continue
-				}
-				if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
-					v = v[1 : len(v)-1]
-				}
-				if !yield(v) {
-					return
-				}
-				if n++; n == MaxCookies {
-					return
-				}
+		// The first half as they come (the usual caller stops at the
+		// first); the rest only once more than that were sent: counted,
+		// then the last ones, or every one when they fit.
+		const half = MaxCookies / 2
+		i, done := 0, false
+		eachCookie(h, name, func(v string) bool {
+			if i == half {
+				return false
+			}
+			i++
+			done = !yield(v)
+			return !done
+		})
+		if done || i < half {
+			return
+		}
+		total := 0
+		eachCookie(h, name, func(string) bool { total++; return true })
+		from := max(half, total-half) // the values before it were yielded, or are skipped
+		i = 0
+		eachCookie(h, name, func(v string) bool {
+			i++
+			return i <= from || yield(v)
+		})
+	}
+}
+
+// eachCookie calls f with the value of each cookie called name in h's
+// Cookie headers, in the order sent, until f returns false.
+func eachCookie(h http.Header, name string, f func(string) bool) {
+	for _, line := range h["Cookie"] {
+		for line != "" {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+			if !ok || strings.TrimSpace(k) != name {
+				continue
+			}
+			if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			if !f(v) {
+				return
 			}
 		}
 	}

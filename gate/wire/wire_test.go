@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -157,12 +158,66 @@ func TestCookiesYieldsEveryValueInOrderUpToTheCap(t *testing.T) {
 	}
 }
 
+// Past the cap, the first and the last MaxCookies/2 values are yielded, in
+// the order sent: a browser sends the visitor's own cookie (Path=/) among
+// the last, after every deeper path's, so no number sent ahead of it
+// pushes it out.
+func TestCookiesYieldsTheFirstAndTheLastPastTheCap(t *testing.T) {
+	const half = wire.MaxCookies / 2
+	values := func(from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, fmt.Sprintf("v%d", i))
+		}
+		return out
+	}
+	for _, n := range []int{1, half - 1, half, half + 1, wire.MaxCookies, wire.MaxCookies + 1, 100, 1000} {
+		var b strings.Builder
+		for i, v := range values(0, n) {
+			if i%7 == 3 {
+				b.WriteString("other=z; ") // other names in between
+			}
+			b.WriteString("anteroom_session=" + v + "; ")
+		}
+		want := values(0, n)
+		if n > wire.MaxCookies {
+			want = append(values(0, half), values(n-half, n)...)
+		}
+		for _, header := range [][]string{{b.String()}, strings.SplitAfter(b.String(), "; ")} {
+			got := slices.Collect(wire.Cookies(http.Header{"Cookie": header}, wire.CookieName))
+			assert.Equal(t, want, got, "%d cookies in %d header lines", n, len(header))
+		}
+		// A caller that stops early gets what it asked for.
+		var first []string
+		for v := range wire.Cookies(http.Header{"Cookie": {b.String()}}, wire.CookieName) {
+			if first = append(first, v); len(first) == half+1 {
+				break
+			}
+		}
+		assert.Equal(t, want[:min(len(want), half+1)], first, "%d cookies, stopped after %d", n, half+1)
+	}
+}
+
 // The check runs on every request of the app: finding the cookie must not
 // allocate.
 func TestCookiesDoesNotAllocate(t *testing.T) {
 	h := http.Header{"Cookie": {"a=1; anteroom_session=bad.token; b=2", "anteroom_session=good.token"}}
 	var found string
 	allocs := testing.AllocsPerRun(100, func() {
+		for v := range wire.Cookies(h, wire.CookieName) {
+			if strings.HasPrefix(v, "good") {
+				found = v
+				break
+			}
+		}
+	})
+	assert.Equal(t, "good.token", found)
+	assert.Zero(t, allocs)
+
+	// Nor past the cap, where the last ones are read in more passes.
+	h = http.Header{"Cookie": {strings.Repeat("anteroom_session=bad.token; ", 100) + "anteroom_session=good.token"}}
+	found = ""
+	allocs = testing.AllocsPerRun(100, func() {
 		for v := range wire.Cookies(h, wire.CookieName) {
 			if strings.HasPrefix(v, "good") {
 				found = v
