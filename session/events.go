@@ -270,6 +270,35 @@ func (e ScheduledEvent) Due(now time.Time) bool {
 	return false
 }
 
+// PrequeueFloor returns the FirstPosition of the gate's stored event whose
+// pre-queue is open (stored phase EventPrequeue; the lowest, were there
+// several), or 0 when none is. No session at or above it may be promoted
+// before the draw (PromotionBound), whatever configuration an op was
+// decided with.
+func PrequeueFloor(stored []ScheduledEvent) int64 {
+	var floor int64
+	for _, e := range stored {
+		if e.Phase == EventPrequeue && e.FirstPosition > 0 && (floor == 0 || e.FirstPosition < floor) {
+			floor = e.FirstPosition
+		}
+	}
+	return floor
+}
+
+// PromotionBound narrows a promotion's bound below (Promotable; 0 limits
+// nothing) to a pre-queue's floor (PrequeueFloor; 0: none). An op's
+// configuration says whether a pre-queue is open by the clock it was read
+// at: a release that read it just before PrequeueAt, committed just after
+// the pre-queue's first join, would otherwise promote that pre-queue
+// entrant ahead of the draw. The Stores apply the floor as stored, under
+// the gate's lock: positions, not clocks.
+func PromotionBound(below, floor int64) int64 {
+	if floor > 0 && (below == 0 || floor < below) {
+		return floor
+	}
+	return below
+}
+
 // DecidePrequeue decides the pre-queue transition of e at now in a gate of
 // counters c: when it is scheduled and now is at or past PrequeueAt, it
 // opens, recording c.NextPosition. It reports whether the start is due too

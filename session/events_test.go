@@ -194,3 +194,27 @@ func TestStoredEventRoundTrip(t *testing.T) {
 		assert.ErrorIs(t, err, session.ErrInternal, bad)
 	}
 }
+
+func TestPromotionBoundStopsAtAnOpenPrequeue(t *testing.T) {
+	ev := func(phase session.EventPhase, first int64) session.ScheduledEvent {
+		return session.ScheduledEvent{Phase: phase, FirstPosition: first}
+	}
+	for _, c := range []struct {
+		name   string
+		stored []session.ScheduledEvent
+		below  int64
+		want   int64
+	}{
+		{"no events", nil, 0, 0},
+		{"no events, a bound", nil, 40, 40},
+		{"scheduled", []session.ScheduledEvent{ev(session.EventScheduled, 0)}, 0, 0},
+		{"started", []session.ScheduledEvent{ev(session.EventStarted, 10)}, 0, 0},
+		{"pre-queue open", []session.ScheduledEvent{ev(session.EventPrequeue, 10)}, 0, 10},
+		{"pre-queue open, a lower bound", []session.ScheduledEvent{ev(session.EventPrequeue, 10)}, 7, 7},
+		{"pre-queue open, a higher bound", []session.ScheduledEvent{ev(session.EventPrequeue, 10)}, 12, 10},
+		{"the lowest of two", []session.ScheduledEvent{ev(session.EventPrequeue, 30), ev(session.EventStarted, 5), ev(session.EventPrequeue, 20)}, 0, 20},
+	} {
+		floor := session.PrequeueFloor(c.stored)
+		assert.Equal(t, c.want, session.PromotionBound(c.below, floor), c.name)
+	}
+}

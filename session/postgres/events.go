@@ -241,9 +241,24 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 			if err := writeEvent(ctx, b.tx, next); err != nil {
 				return err
 			}
+			g.setScheduled(next)
 		}
 		out, changed = next, ch
 		return nil
 	})
 	return out, changed, err
+}
+
+// setScheduled puts ev, as just written, in the gate's events for the rest
+// of the batch: its later ops see a pre-queue it opened
+// (session.PrequeueFloor) or closed.
+func (g *gateTx) setScheduled(ev session.ScheduledEvent) {
+	ev.Positions = nil // as read at the lock: without the drawn line
+	for i := range g.scheduled {
+		if g.scheduled[i].ID == ev.ID {
+			g.scheduled[i] = ev
+			return
+		}
+	}
+	g.scheduled = append(g.scheduled, ev)
 }

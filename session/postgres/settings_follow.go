@@ -79,11 +79,12 @@ func (s *Store) applySettings(ctx context.Context, b *batch, o *op) error {
 		ch.added = true // inserted by an earlier op of the batch
 	}
 	g.settings = ch
-	if g.held != nil || o.settings == nil {
-		// The later ops of the batch decide with them. A gate that had no
-		// settings at its lock had its events left unread: its ops keep
-		// their own configuration until the next batch.
-		g.held = o.settings
+	// The later ops of the batch decide with them (and the gate's events,
+	// read at its lock, over them); none when they were forgotten or an
+	// event does not decode: the ops keep their own configuration.
+	g.held = o.settings
+	if g.damagedEvents {
+		g.held = nil
 	}
 	g.report = true
 	return nil

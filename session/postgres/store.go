@@ -163,8 +163,8 @@ type Store struct {
 	// held is the writer's decoding of each gate's stored runtime settings
 	// (heldConfig), by their JSON.
 	held map[string]heldSettings
-	// heldEvents is the writer's decoding of the scheduled events of gates
-	// with runtime settings, by gate, id and row version (readHeldEvents).
+	// heldEvents is the writer's decoding of the gates' scheduled events,
+	// by gate, id and row version (readHeldEvents).
 	heldEvents map[string]map[string]heldEvent
 	eventReads int64 // the events the writer read whole, for the tests
 	txs        atomic.Int64

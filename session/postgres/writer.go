@@ -103,16 +103,16 @@ const (
 	// holds every change committed before the lock was granted).
 	sqlHeldSettings = `SELECT gate, settings FROM anteroom_gate_settings WHERE gate = ANY($1)`
 	// sqlHeldEvents reads the versions (xmin) of the scheduled events of
-	// those of the gates that have runtime settings: a decision with the
-	// stored settings applies the events over them, as memory does
-	// (session.EventConfig). Only versions: an event's row holds its whole
-	// drawn line (positions, megabytes after a large launch), which the
-	// writer reads again (sqlHeldEvent, without the line) only when the
-	// row changed (Store.heldEvents).
-	sqlHeldEvents = `SELECT e.gate, e.id, e.xmin::text FROM anteroom_events e
-		WHERE e.gate = ANY($1) AND EXISTS (SELECT 1 FROM anteroom_gate_settings s WHERE s.gate = e.gate)`
-	sqlHeldEvent = `SELECT xmin::text, event - 'positions' FROM anteroom_events WHERE gate = $1 AND id = $2`
-	sqlSaveGate  = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
+	// the gates: a decision with the stored settings applies the events
+	// over them, as memory does (session.EventConfig), and every promotion
+	// stops at an open pre-queue as stored (session.PrequeueFloor). Only
+	// versions: an event's row holds its whole drawn line (positions,
+	// megabytes after a large launch), which the writer reads again
+	// (sqlHeldEvent, without the line) only when the row changed
+	// (Store.heldEvents).
+	sqlHeldEvents = `SELECT e.gate, e.id, e.xmin::text FROM anteroom_events e WHERE e.gate = ANY($1)`
+	sqlHeldEvent  = `SELECT xmin::text, event - 'positions' FROM anteroom_events WHERE gate = $1 AND id = $2`
+	sqlSaveGate   = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
 	// A row already at the seq can only be a stray (a restore of the gates
 	// older than the outbox, a hand edit): the gate's lock makes this
 	// commit the only one of that seq, so it takes the row over.
@@ -187,9 +187,10 @@ type gateTx struct {
 	// limit lowered on another instance holds here before its notification
 	// arrives, and while this instance is not following.
 	held *session.GateConfig
-	// scheduled are the gate's scheduled events as stored, read with held
-	// (only for a gate with runtime settings); damagedEvents: one of them
-	// does not decode, and the batch decides with the ops' configuration.
+	// scheduled are the gate's scheduled events as stored, read with held,
+	// and as the batch's AdvanceEvent ops change them; damagedEvents: one
+	// of them does not decode, and the batch decides with the ops'
+	// configuration.
 	scheduled     []session.ScheduledEvent
 	damagedEvents bool
 	// lb is the writer's lower bound of the first waiting position
@@ -1062,6 +1063,8 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 // database's waiters merged with the transaction's copies, which override
 // them.
 func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.GateConfig, n int64, now time.Time, below int64) (done int64, err error) {
+	// Nothing in an open pre-queue, as stored, before its draw.
+	below = session.PromotionBound(below, session.PrequeueFloor(g.scheduled))
 	// Pacing (session.Pace) admits no more than its tokens allow; what was
 	// promoted is taken from them.
 	n = min(n, g.pace.Available(cfg, now))

@@ -19,6 +19,7 @@ func testEvents(t *testing.T, open Opener) {
 	t.Run("LotteryOnce", func(t *testing.T) { testEventLottery(t, open) })
 	t.Run("LotteryKeepsLanes", func(t *testing.T) { testEventLotteryKeepsLanes(t, open) })
 	t.Run("Waitlist", func(t *testing.T) { testEventWaitlist(t, open) })
+	t.Run("PrequeueHoldsStaleOps", func(t *testing.T) { testEventPrequeueHoldsStaleOps(t, open) })
 }
 
 func int64p(v int64) *int64 { return &v }
@@ -341,4 +342,54 @@ func testEventLotteryKeepsLanes(t *testing.T, open Opener) {
 		assert.Equal(t, session.LaneNormal, s.Lane, "%s stays in the normal lane", s.ID)
 		assert.Contains(t, started.Positions, s.Position, "%s holds a position of the normal lane's set", s.ID)
 	}
+}
+
+// testEventPrequeueHoldsStaleOps: once the pre-queue is open as stored, no
+// op promotes a session at or above its FirstPosition before the draw, even
+// one decided with a configuration read before PrequeueAt (a release, an
+// update or a purge whose caller read it a moment earlier, or on an
+// instance whose clock lags): positions, not clocks. Waiters who arrived
+// before the pre-queue are promoted as usual; after the start, the
+// pre-queue is.
+func testEventPrequeueHoldsStaleOps(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := GateConfig(gateName, 1) // the configuration as read before PrequeueAt
+	held := cfg
+	held.Mode = session.ModeQueueAll
+	h.join(cfg, "a")
+	require.Equal(t, session.StatusWaiting, h.join(cfg, "early").Status)
+	ev := suiteEvent("drop", Epoch.Add(10*time.Second))
+	_, err := h.store.SaveEvent(h.ctx, ev)
+	require.NoError(t, err)
+	h.clock.Advance(10 * time.Second)
+	opened, changed, err := h.store.AdvanceEvent(h.ctx, gateName, "drop", h.clock.Now())
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, int64(3), opened.FirstPosition)
+	for _, id := range []string{"p1", "p2"} {
+		require.Equal(t, session.StatusWaiting, h.join(held, id).Status)
+	}
+
+	h.release(cfg, "a") // its slot goes to the waiter before the pre-queue
+	assert.Equal(t, session.StatusActive, h.mustGet(gateName, "early").Status)
+	h.reopen() // the floor is the stored event's, not the process's
+	h.release(cfg, "early")
+	h.update(cfg, 0)
+	_, err = h.store.Purge(h.ctx, cfg, []string{"p1"}, h.clock.Now())
+	require.NoError(t, err)
+	for _, id := range []string{"p1", "p2"} {
+		assert.Equal(t, session.StatusWaiting, h.mustGet(gateName, id).Status, "%s promoted before the draw", id)
+	}
+	st := h.state(gateName)
+	assert.Zero(t, st.Active, "a free slot stays free until the draw")
+	assert.Equal(t, int64(2), st.Waiting)
+
+	started, changed, err := h.store.AdvanceEvent(h.ctx, gateName, "drop", ev.StartsAt)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, session.EventStarted, started.Phase)
+	h.clock.Set(ev.StartsAt)
+	h.seen("p1", "p2")
+	h.update(cfg, 0)
+	assert.Equal(t, int64(1), h.state(gateName).Active, "the pre-queue is served after the draw")
 }

@@ -258,11 +258,25 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 			if err := s.writeEvent(next); err != nil {
 				return err
 			}
+			if err := s.readPrequeue(e); err != nil {
+				return err
+			}
 		}
 		out, changed = next, ch
 		return nil
 	})
 	return out, changed, err
+}
+
+// readPrequeue sets e.prequeue from the gate's events as stored, inside the
+// writer's transaction.
+func (s *Store) readPrequeue(e *gateEntry) error {
+	evs, err := s.eventsOf(e.name)
+	if err != nil {
+		return err
+	}
+	e.prequeue = session.PrequeueFloor(evs)
+	return nil
 }
 
 // moveSessions gives the waiters named in moves (old position -> new) their

@@ -143,6 +143,10 @@ type gateEntry struct {
 	// activeMark is the gate's active purge mark (migrations/0012), the
 	// same for its active rows.
 	activeMark purgeMark
+	// prequeue is session.PrequeueFloor of the gate's stored events (0: no
+	// pre-queue open): no promotion reaches it before the draw
+	// (session.PromotionBound). Read with the entry, set by AdvanceEvent.
+	prequeue int64
 
 	inBatch bool // listed in batch.touched
 	save    bool // counters changed in this transaction
