@@ -261,4 +261,5 @@ func (g *gateTx) setScheduled(ev session.ScheduledEvent) {
 		}
 	}
 	g.scheduled = append(g.scheduled, ev)
+	session.SortEvents(g.scheduled)
 }

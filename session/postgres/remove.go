@@ -62,6 +62,11 @@ func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time
 		if _, err := b.tx.Exec(ctx, sqlDeleteGateCodes, gate); err != nil {
 			return fmt.Errorf("delete codes of gate %q: %w", gate, err)
 		}
+		// The writer's decodings of what is deleted (a gate that is not
+		// locked again would keep them; were the batch undone, they are
+		// read again at the next lock).
+		delete(s.held, gate)
+		delete(s.heldEvents, gate)
 		return s.applySettings(ctx, b, &op{kind: opSettings, ctx: ctx, cfg: session.GateConfig{Name: gate}})
 	})
 }

@@ -193,6 +193,9 @@ type gateTx struct {
 	// configuration.
 	scheduled     []session.ScheduledEvent
 	damagedEvents bool
+	// settingsRow: the gate had a settings row at its lock (held is nil
+	// for one that does not decode).
+	settingsRow bool
 	// lb is the writer's lower bound of the first waiting position
 	// (Store.lb) as this transaction moves it: it reaches Store.lb only once
 	// the transaction committed and its commit is durable, so a promotion
@@ -534,12 +537,17 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 			return fmt.Errorf("read settings: %w", err)
 		}
 		if g := b.gates[gate]; g != nil {
-			g.held = s.heldConfig(gate, raw)
+			g.held, g.settingsRow = s.heldConfig(gate, raw), true
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read settings: %w", err)
+	}
+	for name, g := range b.gates {
+		if !g.settingsRow {
+			delete(s.held, name) // forgotten, or the gate removed: nothing to keep
+		}
 	}
 	stale, err := s.readHeldEvents(b, br)
 	if err != nil {
@@ -1446,6 +1454,9 @@ func (s *Store) fetchHeldEvents(ctx context.Context, b *batch, stale []eventVers
 			}
 			g.scheduled = append(g.scheduled, *h.ev)
 		}
+		// In memory's order: EventConfig picks the first of two started
+		// events of one start, and a map's order is random.
+		session.SortEvents(g.scheduled)
 	}
 	return nil
 }
