@@ -1220,6 +1220,12 @@ func (s *Store) applyUpdate(ctx context.Context, b *batch, o *op) error {
 	st := &step
 	defer func() { o.upd = step }()
 	g := b.gates[o.cfg.Name]
+	// The cutoffs of the configuration the batch decides with
+	// (decidedWith): stored settings changed on another instance may set
+	// other timeouts than the caller's, and a purge the rule does not
+	// call stale fails the update.
+	wc, ac := session.StaleCutoffs(o.cfg, o.now)
+	st.waitingCutoff, st.activeCutoff = wc.UnixNano(), ac.UnixNano()
 	if err := s.flush(ctx, b); err != nil {
 		return err
 	}

@@ -98,6 +98,7 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("PacePersists", func(t *testing.T) { testPacePersists(t, open) })
 	t.Run("GateSettings", func(t *testing.T) { testGateSettings(t, open) })
 	t.Run("RuntimeSettings", func(t *testing.T) { testRuntimeSettings(t, open) })
+	t.Run("StoredSettingsDecide", func(t *testing.T) { testStoredSettingsDecide(t, open) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, open) })
 	t.Run("Admissions", func(t *testing.T) { testAdmissions(t, open) })
 	t.Run("AdmissionKeyring", func(t *testing.T) { testAdmissionKeyring(t, open) })

@@ -146,3 +146,45 @@ func testRuntimeSettings(t *testing.T, open Opener) {
 	w = h.waitlist(file)
 	assert.Equal(t, []string{gateName}, w.Gates())
 }
+
+// testStoredSettingsDecide: once a gate has runtime settings, every op that
+// decides is decided with them as stored, not with the configuration its
+// caller read (a moment before a change committed, or on an instance that
+// has not followed it yet): a join or a release queued with the old limit
+// admits nobody past the lowered one, an update purges by the stored
+// timeouts, and a reset gives the ops back their own.
+func testStoredSettingsDecide(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	old := GateConfig(gateName, 3) // what the callers read before the change
+	for _, id := range []string{"a", "b"} {
+		require.Equal(t, session.StatusActive, h.join(old, id).Status)
+	}
+	lowered := old
+	lowered.ActiveLimit = 1
+	lowered.WaitingTimeout = 10 * time.Minute
+	require.NoError(t, h.store.SaveGateSettings(h.ctx, gateName, &lowered))
+
+	assert.Equal(t, session.StatusWaiting, h.join(old, "c").Status, "joined past the lowered limit")
+	h.release(old, "a")
+	assert.Equal(t, session.StatusWaiting, h.mustGet(gateName, "c").Status, "promoted past the lowered limit")
+	h.reopen() // read from the store, not kept from the save
+	assert.Equal(t, session.StatusWaiting, h.join(old, "d").Status, "joined past the lowered limit after a restart")
+	st := h.state(gateName)
+	assert.Equal(t, [2]int64{1, 2}, [2]int64{st.Active, st.Waiting})
+
+	// The stored waiting timeout (10m), not the caller's (2m): c and d,
+	// silent for 3 minutes, keep their places.
+	h.clock.Advance(3 * time.Minute)
+	h.seen("b")
+	rep := h.update(old, 0)
+	assert.Zero(t, rep.PurgedWaiting, "purged by the caller's timeout instead of the stored one")
+	assert.Equal(t, int64(2), h.state(gateName).Waiting)
+
+	// Forgotten settings: the ops decide with their own again (the old
+	// limit, 3: c and d are promoted).
+	require.NoError(t, h.store.SaveGateSettings(h.ctx, gateName, nil))
+	h.seen("c", "d")
+	h.update(old, 0)
+	st = h.state(gateName)
+	assert.Equal(t, [2]int64{3, 0}, [2]int64{st.Active, st.Waiting})
+}

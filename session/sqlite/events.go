@@ -85,7 +85,7 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 		return session.ScheduledEvent{}, err
 	}
 	var saved session.ScheduledEvent
-	err := s.eventOp(ctx, ev.Gate, func(_ *batch, _ *gateEntry) error {
+	err := s.eventOp(ctx, ev.Gate, func(_ *batch, e *gateEntry) error {
 		stored, err := s.storedEvent(ev.Gate, ev.ID)
 		if err != nil {
 			return err
@@ -98,7 +98,7 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 			return err
 		}
 		saved = next
-		return nil
+		return s.readStored(e)
 	})
 	return saved, err
 }
@@ -111,7 +111,7 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 	if !session.ValidGateName(id) {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: delete event: id %q", id)
 	}
-	return s.eventOp(ctx, gate, func(_ *batch, _ *gateEntry) error {
+	return s.eventOp(ctx, gate, func(_ *batch, e *gateEntry) error {
 		stored, err := s.storedEvent(gate, id)
 		if err != nil {
 			return err
@@ -125,7 +125,7 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 		if _, err := s.wc.exec(s.wc.deleteMeta, eventKey(gate, id)); err != nil {
 			return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
 		}
-		return nil
+		return s.readStored(e)
 	})
 }
 
@@ -166,8 +166,28 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 	return out, nil
 }
 
-// eventsOf reads the gate's events inside the writer's transaction (Load).
+// eventsOf reads the gate's events inside the writer's transaction (Load);
+// one that does not decode is an error.
 func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
+	return s.readEvents(gate, func(err error) error { return err })
+}
+
+// storedEvents reads the gate's events inside the writer's transaction,
+// leaving out (and logging) those that do not decode: damaged says some
+// were. Errors: a failed read.
+func (s *Store) storedEvents(gate string) (evs []session.ScheduledEvent, damaged bool, err error) {
+	evs, err = s.readEvents(gate, func(err error) error {
+		s.log.Warn("anteroom: a gate's stored event is damaged; its ops decide with the instance's own settings", "gate", gate, "err", err)
+		damaged = true
+		return nil
+	})
+	return evs, damaged, err
+}
+
+// readEvents reads the gate's events, sorted, inside the writer's
+// transaction; an event that does not decode goes to onDamaged, which
+// returns the error to fail with, or nil to leave the event out.
+func (s *Store) readEvents(gate string, onDamaged func(error) error) ([]session.ScheduledEvent, error) {
 	lo, hi := eventRange(gate)
 	pc, ok := s.wc.c.(driver.ConnPrepareContext)
 	if !ok {
@@ -195,7 +215,10 @@ func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
 		}
 		ev, err := session.DecodeStoredEvent(gate, strings.TrimPrefix(asString(dest[0]), lo), asBytes(dest[1]))
 		if err != nil {
-			return nil, err
+			if err := onDamaged(err); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		out = append(out, ev)
 	}
@@ -258,7 +281,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 			if err := s.writeEvent(next); err != nil {
 				return err
 			}
-			if err := s.readPrequeue(e); err != nil {
+			if err := s.readStored(e); err != nil {
 				return err
 			}
 		}
@@ -268,14 +291,39 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 	return out, changed, err
 }
 
-// readPrequeue sets e.prequeue from the gate's events as stored, inside the
-// writer's transaction.
-func (s *Store) readPrequeue(e *gateEntry) error {
-	evs, err := s.eventsOf(e.name)
+// readStored sets e's held settings and events from what is stored, inside
+// the writer's transaction. A settings row or an event that does not decode
+// is logged and left out (the gate's ops then decide with their own
+// configuration); only a failed read is an error.
+func (s *Store) readStored(e *gateEntry) error {
+	var dest [1]driver.Value
+	found, err := s.wc.queryRow(s.wc.selectMeta, dest[:], settingsPrefix+e.name)
+	if err != nil {
+		return fmt.Errorf("read settings: %w", err)
+	}
+	e.held = nil
+	if found {
+		if cfg, err := decodeSettings(e.name, asBytes(dest[0])); err != nil {
+			s.log.Warn("anteroom: a gate's stored runtime settings are damaged; its ops decide with the instance's own", "gate", e.name, "err", err)
+		} else {
+			e.held = &cfg
+		}
+	}
+	e.events, e.damagedEvents, err = s.storedEvents(e.name)
+	return err
+}
+
+// decidedWith gives o, an op that decides, the configuration of its gate as
+// stored (gateEntry.held, the events over it) when the gate has runtime
+// settings and its events all decode; else o keeps its own.
+func (s *Store) decidedWith(b *batch, o *op) error {
+	e, err := s.gate(b, o.cfg.Name)
 	if err != nil {
 		return err
 	}
-	e.prequeue = session.PrequeueFloor(evs)
+	if e.held != nil && !e.damagedEvents {
+		o.cfg = session.EventConfig(*e.held, e.events, o.now)
+	}
 	return nil
 }
 

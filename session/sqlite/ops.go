@@ -40,7 +40,7 @@ func (s *Store) gate(b *batch, name string) (*gateEntry, error) {
 			}
 		}
 		if err == nil {
-			err = s.readPrequeue(e)
+			err = s.readStored(e)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("gate %q: %w", name, err)
@@ -314,7 +314,7 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 // zero: any), nor at or after an open pre-queue's first position
 // (session.PromotionBound). It returns how many it promoted.
 func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time, below int64) (int64, error) {
-	below = session.PromotionBound(below, e.prequeue)
+	below = session.PromotionBound(below, session.PrequeueFloor(e.events))
 	n = min(n, e.pace.Available(cfg, now))
 	if n <= 0 {
 		return 0, nil

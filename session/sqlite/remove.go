@@ -45,6 +45,7 @@ func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time
 		if _, err := s.wc.exec(s.wc.deleteMeta, settingsPrefix+gate); err != nil {
 			return fmt.Errorf("delete settings of gate %q: %w", gate, err)
 		}
+		e.held, e.events, e.damagedEvents = nil, nil, false
 		return nil
 	})
 }

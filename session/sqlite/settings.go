@@ -108,19 +108,34 @@ func (s *Store) SaveGateSettings(ctx context.Context, gate string, settings *ses
 	return err
 }
 
-func (s *Store) applySettings(o *op) error {
+// applySettings writes (or deletes) the gate's settings row, and keeps the
+// writer's entry of the gate, when it has one, holding them: the batch's
+// later ops decide with them (decidedWith).
+func (s *Store) applySettings(b *batch, o *op) error {
 	if o.setting == nil {
 		if _, err := s.wc.exec(s.wc.deleteMeta, settingsPrefix+o.cfg.Name); err != nil {
 			return fmt.Errorf("delete settings of gate %q: %w", o.cfg.Name, err)
 		}
-		return nil
+	} else {
+		raw, err := encodeSettings(*o.setting)
+		if err != nil {
+			return session.Errorf(session.CodeInternal, "sqlite: settings: encode: %w", err)
+		}
+		if _, err := s.wc.exec(s.wc.insertMeta, settingsPrefix+o.cfg.Name, raw); err != nil {
+			return fmt.Errorf("save settings of gate %q: %w", o.cfg.Name, err)
+		}
 	}
-	b, err := encodeSettings(*o.setting)
+	if s.cache[o.cfg.Name] == nil {
+		return nil // read with the entry, when an op needs it
+	}
+	e, err := s.gate(b, o.cfg.Name) // cached: registers the undo, creates nothing
 	if err != nil {
-		return session.Errorf(session.CodeInternal, "sqlite: settings: encode: %w", err)
+		return err
 	}
-	if _, err := s.wc.exec(s.wc.insertMeta, settingsPrefix+o.cfg.Name, b); err != nil {
-		return fmt.Errorf("save settings of gate %q: %w", o.cfg.Name, err)
+	e.held = nil
+	if o.setting != nil {
+		cfg := *o.setting
+		e.held = &cfg
 	}
 	return nil
 }

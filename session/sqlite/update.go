@@ -33,6 +33,11 @@ func (s *Store) applyUpdate(b *batch, o *op) error {
 	if err != nil {
 		return err
 	}
+	// The cutoffs of the configuration the transaction decides with
+	// (decidedWith): stored settings changed since the caller read its own
+	// may set other timeouts.
+	wc, ac := session.StaleCutoffs(o.cfg, o.now)
+	st.waitingCutoff, st.activeCutoff = wc.UnixNano(), ac.UnixNano()
 	defer func() { o.upd = step }()
 	if st.lineEnd == 0 {
 		st.lineEnd = e.c.NextPosition

@@ -143,10 +143,19 @@ type gateEntry struct {
 	// activeMark is the gate's active purge mark (migrations/0012), the
 	// same for its active rows.
 	activeMark purgeMark
-	// prequeue is session.PrequeueFloor of the gate's stored events (0: no
-	// pre-queue open): no promotion reaches it before the draw
-	// (session.PromotionBound). Read with the entry, set by AdvanceEvent.
-	prequeue int64
+	// held is the gate's runtime settings as stored (nil: none, or a row
+	// that does not decode), and events its scheduled events as stored
+	// (sorted; damagedEvents: one does not decode, and is left out). The
+	// ops that decide (join, leave, release, purge, update) decide with
+	// held and the events over it (decidedWith), as the shared store does:
+	// an op queued with the configuration its caller read moments before
+	// a change committed (a limit lowered) is decided as of its own
+	// commit. And no promotion reaches an open pre-queue
+	// (session.PrequeueFloor of events). Read with the entry (readStored),
+	// kept by the ops that change them.
+	held          *session.GateConfig
+	events        []session.ScheduledEvent
+	damagedEvents bool
 
 	inBatch bool // listed in batch.touched
 	save    bool // counters changed in this transaction
@@ -457,6 +466,12 @@ func (s *Store) noteWriteFailure(err error) {
 func (s *Store) apply(b *batch, o *op) error {
 	var err error
 	switch o.kind {
+	case opJoin, opLeave, opRelease, opPurge, opUpdate:
+		if err = s.decidedWith(b, o); err != nil {
+			return err
+		}
+	}
+	switch o.kind {
 	case opJoin:
 		err = s.applyJoin(b, o)
 	case opLeave:
@@ -476,7 +491,7 @@ func (s *Store) apply(b *batch, o *op) error {
 	case opProbe:
 		err = s.applyProbe()
 	case opSettings:
-		err = s.applySettings(o)
+		err = s.applySettings(b, o)
 	case opFunc:
 		err = o.fn(b)
 	case opPruneHistory:
