@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -116,6 +117,7 @@ type Server struct {
 	opts    Options
 	echo    *echo.Echo
 	log     *slog.Logger
+	unready unreadyLog // what /readyz last logged
 	proxy   *proxy
 	apiKeys [][sha256.Size]byte
 	origins originPolicy
@@ -751,9 +753,40 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// readyz answers 200 while the sidecar can serve, else 503 unavailable.
+// The reason goes to the log (once each time it changes), not into the
+// answer: it names the database file's path, or the shared store's
+// address, database and user, and /readyz answers anyone.
 func (s *Server) readyz(c echo.Context) error {
-	if err := s.opts.Ready(); err != nil {
-		return apiError(session.CodeUnavailable, "not ready: "+err.Error())
+	err := s.opts.Ready()
+	s.unready.note(s.log, err)
+	if err != nil {
+		return apiError(session.CodeUnavailable, "not ready: the reason is in the sidecar's log")
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// unreadyLog logs why the sidecar is not ready when the reason changes,
+// and once when it is ready again: /readyz is polled every few seconds.
+type unreadyLog struct {
+	mu   sync.Mutex
+	last string
+}
+
+func (u *unreadyLog) note(log *slog.Logger, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	u.mu.Lock()
+	changed := msg != u.last
+	u.last = msg
+	u.mu.Unlock()
+	switch {
+	case !changed:
+	case err != nil:
+		log.Warn("anteroom: not ready", "err", err)
+	default:
+		log.Info("anteroom: ready again")
+	}
 }

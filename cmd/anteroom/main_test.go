@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -14,12 +13,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 )
 
 type running struct {
@@ -331,7 +333,8 @@ func TestLoweredLimitAppliesToAnExistingDatabase(t *testing.T) {
 
 // /readyz asks the store: it answers 503 while the database cannot be
 // written to (here: its file was moved away, so every write would be lost
-// at the next start), and 200 again once it can.
+// at the next start), and 200 again once it can. The reason, which names
+// the file's path, goes to the log, once, not to whoever asks.
 func TestReadyzReportsAStoreThatCannotWrite(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "anteroom.db")
 	r := start(t, []string{"ANTEROOM_DATABASE=" + db})
@@ -339,11 +342,16 @@ func TestReadyzReportsAStoreThatCannotWrite(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 
 	require.NoError(t, os.Rename(db, db+".moved"))
-	status, body := getJSON(t, "http://"+r.addr+"/readyz")
-	assert.Equal(t, http.StatusServiceUnavailable, status)
-	assert.Contains(t, fmt.Sprint(body["error"]), "removed or replaced")
+	for range 3 { // polled, as a load balancer does
+		status, body := getJSON(t, "http://"+r.addr+"/readyz")
+		assert.Equal(t, http.StatusServiceUnavailable, status)
+		assert.Equal(t, "unavailable", body["error"].(map[string]any)["code"])
+		assert.NotContains(t, fmt.Sprint(body), db, "the database's path answered to anyone")
+	}
+	assert.Equal(t, 1, strings.Count(r.log.String(), "removed or replaced"), "the reason logged once:\n%s", r.log.String())
 
 	require.NoError(t, os.Rename(db+".moved", db))
 	status, _ = getJSON(t, "http://"+r.addr+"/readyz")
 	assert.Equal(t, http.StatusOK, status)
+	assert.Contains(t, r.log.String(), "ready again")
 }
