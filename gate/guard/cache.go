@@ -1,16 +1,18 @@
 package guard
 
 import (
+	"crypto/sha256"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
 
-// maxCacheKey is the longest key cached: three tokens of the longest valid
-// length plus the gate fit well within it (two cookies, as a sibling
-// subdomain may add, too). Requests with longer credentials
-// are not cached (they carry no valid token anyway, or garbage).
+// maxCacheKey is the longest key kept as the credentials themselves: a
+// gate and a dozen tokens of the usual length fit. Longer credentials (a
+// visitor behind a sibling subdomain's cookies, up to wire.MaxCookies of
+// them) are keyed by their SHA-256 instead (cacheKey), so that such a
+// visitor is cached like any other without an entry growing with them.
 const maxCacheKey = 1024
 
 // cache remembers the remote checker's answers for a short TTL. Entries
@@ -36,7 +38,9 @@ func newCache(ttl time.Duration, max int, now func() time.Time) *cache {
 }
 
 // cacheKey names the credentials a request carries at a gate, each part
-// prefixed with its length so that no two different sets share a key.
+// prefixed with its length so that no two different sets share a key; past
+// maxCacheKey bytes, "#" and the SHA-256 of that (a plain key starts with a
+// digit, so the two kinds never meet).
 func cacheKey(gate string, c credentials) string {
 	var b strings.Builder
 	for _, part := range append([]string{gate, c.bearer, c.query}, c.cookies...) {
@@ -44,7 +48,11 @@ func cacheKey(gate string, c credentials) string {
 		b.WriteByte(':')
 		b.WriteString(part)
 	}
-	return b.String()
+	if b.Len() <= maxCacheKey {
+		return b.String()
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return "#" + string(sum[:])
 }
 
 // get returns the cached answer for key, if it has not expired.

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,26 @@ func TestCacheExpiresAndStaysBounded(t *testing.T) {
 	c.put(string(make([]byte, maxCacheKey+1)), nil)
 	_, ok = c.get(string(make([]byte, maxCacheKey+1)))
 	assert.False(t, ok, "oversized keys are not cached")
+}
+
+// Credentials past maxCacheKey are keyed by their hash: a key never grows
+// with them, and two sets that differ anywhere, even in their last cookie,
+// still have two keys.
+func TestLongCredentialsHaveShortDistinctKeys(t *testing.T) {
+	cookies := func(last string) []string {
+		out := make([]string, 63, 64)
+		for i := range out {
+			out[i] = strings.Repeat("x", 80)
+		}
+		return append(out, last)
+	}
+	a := cacheKey("default", credentials{cookies: cookies("visitor-a")})
+	b := cacheKey("default", credentials{cookies: cookies("visitor-b")})
+	assert.LessOrEqual(t, len(a), maxCacheKey)
+	assert.NotEqual(t, a, b)
+	assert.Equal(t, a, cacheKey("default", credentials{cookies: cookies("visitor-a")}))
+	short := cacheKey("default", credentials{bearer: "t"})
+	assert.NotEqual(t, short[0], a[0], "a hashed key and a plain one cannot meet")
 }
 
 func TestCacheKeyIsUnambiguous(t *testing.T) {

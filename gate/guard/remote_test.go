@@ -260,3 +260,30 @@ func TestRemoteRefreshes(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, s.LastActive.Equal(now), "last active %v, want %v", s.LastActive, now)
 }
+
+// A visitor behind many foreign cookies (a sibling subdomain's, on a deep
+// path) is cached like any other: one check within the TTL, and another
+// set of cookies is asked about again.
+func TestRemoteCachesAVisitorBehindManyCookies(t *testing.T) {
+	e := newEnv(t, 1)
+	alice, _ := e.join(t, "alice")
+	foreign := forge(t, "mallory")
+	now := sessiontest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rc, err := guard.NewRemote(e.sidecarBase, guard.RemoteOptions{CacheTTL: time.Second, Now: now.Now})
+	require.NoError(t, err)
+	for _, ahead := range []int{1, 12, 13, 63, 100} {
+		request := func(last string) *http.Request {
+			r := httptest.NewRequest(http.MethodGet, "/a/b/c/page", nil)
+			r.Header.Set("Cookie", strings.Repeat("anteroom_session="+foreign+"; ", ahead)+"anteroom_session="+last)
+			return r
+		}
+		now.Advance(time.Second) // the previous case's answers expire (past 64, the same cookies are read)
+		before := e.checks.Load()
+		for range 3 {
+			require.NoError(t, rc.ValidateSessionIsActive(request(alice)), "%d foreign cookies ahead", ahead)
+		}
+		assert.Equal(t, before+1, e.checks.Load(), "%d foreign cookies ahead: asked more than once within the TTL", ahead)
+		require.ErrorIs(t, rc.ValidateSessionIsActive(request(foreign)), guard.ErrNoSession)
+		assert.Equal(t, before+2, e.checks.Load(), "%d foreign cookies ahead: another set of cookies is another key", ahead)
+	}
+}
