@@ -268,7 +268,8 @@ func maxAgeOf(cc string) time.Duration {
 // Errors: those of Verify; session.ErrAlreadyRedeemed (a replay);
 // session.ErrAdmissionNotFound (the sidecar knows no such admission, or it
 // expired); session.ErrUnavailable when the sidecar cannot be reached (and
-// FailOpenAfter has not passed) or refuses the API key.
+// FailOpenAfter has not passed), refuses the API key, or a limiter in
+// front of it answers 429.
 func (v *AdmissionVerifier) Redeem(ctx context.Context, tok string) (Admission, error) {
 	c, err := v.Verify(ctx, tok)
 	if err != nil {
@@ -280,6 +281,12 @@ func (v *AdmissionVerifier) Redeem(ctx context.Context, tok string) (Admission, 
 	}
 	err = v.redeem(ctx, c.ID)
 	now := v.opts.Now().UnixNano()
+	if errors.Is(err, errLimited) {
+		// Neither an answer of the sidecar's nor its absence: the streak is
+		// left as it is (a limiter tripped once must not restart a real
+		// outage, nor one tripped on purpose make an outage of nothing).
+		return Admission{}, session.Errorf(session.CodeUnavailable, "guard: redeeming the admission: %w", err)
+	}
 	if !errors.Is(err, errUnreachable) {
 		v.downSince.Store(0)
 		if err != nil {
@@ -306,11 +313,15 @@ func (v *AdmissionVerifier) Redeem(ctx context.Context, tok string) (Admission, 
 }
 
 // errUnreachable marks a redeem that got no answer of the sidecar's: a
-// network error, a timeout, a 5xx. A 429 is an answer: the sidecar never
-// sends one for a redeem, so it comes from a limiter in front of it, which
-// an attacker replaying a token could set off on purpose while the sidecar
-// is up; it is refused (503) and never counts toward FailOpenAfter.
+// network error, a timeout, a 5xx.
 var errUnreachable = errors.New("sidecar unreachable")
+
+// errLimited marks a redeem answered 429. The sidecar never sends one for a
+// redeem: it comes from a limiter in front of it, which a client replaying
+// a token can set off on purpose while the sidecar is up. It is refused
+// (503, fail closed) and leaves FailOpenAfter's streak as it is, neither an
+// outage nor an answer.
+var errLimited = errors.New("sidecar's limiter refused the redeem")
 
 func (v *AdmissionVerifier) redeem(ctx context.Context, jti string) error {
 	ctx, cancel := context.WithTimeout(ctx, v.opts.Timeout)
@@ -340,7 +351,9 @@ func (v *AdmissionVerifier) redeem(ctx context.Context, jti string) error {
 		return session.Errorf(session.CodeAdmissionNotFound, "guard: the sidecar knows no admission %q", jti)
 	case resp.StatusCode >= 500:
 		return fmt.Errorf("%w: %s", errUnreachable, resp.Status)
-	default: // 401 (a wrong API key), 404 without the code (a wrong URL): a misconfiguration; 429 (a limiter in front): never open
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return fmt.Errorf("%w: %s", errLimited, resp.Status)
+	default: // 401 (a wrong API key), 404 without the code (a wrong URL): a misconfiguration, never open
 		return session.Errorf(session.CodeUnavailable, "guard: the sidecar answered the redeem %s %s", resp.Status, code)
 	}
 }

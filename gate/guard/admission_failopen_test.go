@@ -80,11 +80,12 @@ func TestFailOpenCountsTheCallersDeadline(t *testing.T) {
 	assert.True(t, a.FailedOpen, "unanswered for FailOpenAfter: open")
 }
 
-// A 429 is an answer, not an outage: the sidecar never sends one for a
-// redeem, so it comes from a limiter in front of it, which an attacker
-// replaying a redeemed token can set off on purpose while the sidecar is
-// up. It is refused (fail closed) and never makes FailOpenAfter let a
-// token through unredeemed; a 503 for as long does.
+// A 429 is not an outage: the sidecar never sends one for a redeem, so it
+// comes from a limiter in front of it, which an attacker replaying a
+// redeemed token can set off on purpose while the sidecar is up. It is
+// refused (fail closed) and never makes FailOpenAfter let a token through
+// unredeemed; a 5xx for as long does (so a limiter must answer 429: nginx's
+// default is 503).
 func TestFailOpenIgnoresRateLimits(t *testing.T) {
 	for _, tc := range []struct {
 		status int32
@@ -114,4 +115,28 @@ func TestFailOpenIgnoresRateLimits(t *testing.T) {
 			assert.EqualValues(t, 1, e.served.Load())
 		})
 	}
+}
+
+// Nor is a 429 an answer: a limiter tripped once during a real outage (the
+// sidecar's proxy answering 502) leaves the outage's streak as it was, and
+// FailOpenAfter still lets a genuine token through once it has lasted that
+// long.
+func TestFailOpenKeepsAnOutageThroughARateLimit(t *testing.T) {
+	e := newAdmEnv(t, func(o *guard.AdmissionOptions) { o.FailOpenAfter = time.Minute })
+	warm := e.admission(t, "sale")
+	status, _ := e.checkout(t, guard.AdmissionHeader, warm) // keys fetched
+	require.Equal(t, http.StatusOK, status)
+	tok := e.admission(t, "sale") // genuine, never redeemed
+	for i := range 14 {           // 0..65 s, every 5 s
+		e.redeemStatus.Store(http.StatusBadGateway)
+		if i == 7 {
+			e.redeemStatus.Store(http.StatusTooManyRequests) // at 35 s, once
+		}
+		status, _ = e.checkout(t, guard.AdmissionHeader, tok)
+		if i < 13 {
+			e.sc.Clock.Advance(5 * time.Second)
+		}
+	}
+	assert.Equal(t, http.StatusOK, status, "65 s of outage, FailOpenAfter 1m: the 429 restarted the streak")
+	assert.True(t, e.last.Load().FailedOpen)
 }

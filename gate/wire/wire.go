@@ -169,7 +169,10 @@ func BearerToken(h http.Header) string {
 // deep URL's path sends many ahead of the visitor's own (Path=/, among the
 // last: only a handful of domain levels can hold a Path=/ cookie of the
 // name); more than MaxCookies are forged, and must not make the server
-// verify thousands (each costs one HMAC).
+// verify thousands (each costs one HMAC). This keeps cookies that do not
+// verify from pushing the visitor's out; a sibling's own token, one that
+// verifies, sent first still names the session (a host-only __Host- name
+// would be needed against that).
 const MaxCookies = 64
 
 // Cookies yields the values of the cookies called name in h's Cookie
@@ -212,12 +215,20 @@ func Cookies(h http.Header, name string) iter.Seq[string] {
 }
 
 // eachCookie calls f with the value of each cookie called name in h's
-// Cookie headers, in the order sent, until f returns false.
+// Cookie headers, in the order sent, until f returns false. It skips to
+// the next occurrence of name rather than cut every cookie: a header of a
+// million semicolons costs one scan, not a million cuts.
 func eachCookie(h http.Header, name string, f func(string) bool) {
 	for _, line := range h["Cookie"] {
 		for line != "" {
+			i := strings.Index(line, name)
+			if i < 0 {
+				break
+			}
+			// The cookie holding the match starts after the last ';'
+			// before it; none before that holds the name.
 			var part string
-			part, line, _ = strings.Cut(line, ";")
+			part, line, _ = strings.Cut(line[strings.LastIndexByte(line[:i], ';')+1:], ";")
 			k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 			if !ok || strings.TrimSpace(k) != name {
 				continue
