@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,7 +78,7 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 		return session.ScheduledEvent{}, err
 	}
 	var saved session.ScheduledEvent
-	err := s.eventOp(ctx, ev.Gate, func(ctx context.Context, b *batch, _ *gateTx) error {
+	err := s.eventOp(ctx, ev.Gate, func(ctx context.Context, b *batch, g *gateTx) error {
 		stored, err := readEvent(ctx, b.tx, ev.Gate, ev.ID)
 		if err != nil {
 			return err
@@ -90,6 +91,7 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 			return err
 		}
 		saved = next
+		g.setScheduled(next)
 		return nil
 	})
 	return saved, err
@@ -103,7 +105,7 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 	if !session.ValidGateName(id) {
 		return session.Errorf(session.CodeInvalidArgument, "postgres: delete event: id %q", id)
 	}
-	return s.eventOp(ctx, gate, func(ctx context.Context, b *batch, _ *gateTx) error {
+	return s.eventOp(ctx, gate, func(ctx context.Context, b *batch, g *gateTx) error {
 		stored, err := readEvent(ctx, b.tx, gate, id)
 		if err != nil {
 			return err
@@ -117,6 +119,7 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 		if _, err := b.tx.Exec(ctx, sqlDeleteEvent, gate, id); err != nil {
 			return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
 		}
+		g.scheduled = slices.DeleteFunc(g.scheduled, func(e session.ScheduledEvent) bool { return e.ID == id })
 		return nil
 	})
 }
@@ -250,7 +253,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 }
 
 // setScheduled puts ev, as just written, in the gate's events for the rest
-// of the batch: its later ops see a pre-queue it opened
+// of the batch: its later ops see the event saved, a pre-queue it opened
 // (session.PrequeueFloor) or closed.
 func (g *gateTx) setScheduled(ev session.ScheduledEvent) {
 	ev.Positions = nil // as read at the lock: without the drawn line

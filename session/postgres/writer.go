@@ -188,7 +188,7 @@ type gateTx struct {
 	// arrives, and while this instance is not following.
 	held *session.GateConfig
 	// scheduled are the gate's scheduled events as stored, read with held,
-	// and as the batch's AdvanceEvent ops change them; damagedEvents: one
+	// and as the batch's event ops change them; damagedEvents: one
 	// of them does not decode, and the batch decides with the ops'
 	// configuration.
 	scheduled     []session.ScheduledEvent

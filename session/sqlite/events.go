@@ -98,7 +98,8 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 			return err
 		}
 		saved = next
-		return s.readStored(e)
+		e.setEvent(next)
+		return nil
 	})
 	return saved, err
 }
@@ -125,7 +126,8 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 		if _, err := s.wc.exec(s.wc.deleteMeta, eventKey(gate, id)); err != nil {
 			return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
 		}
-		return s.readStored(e)
+		e.dropEvent(id)
+		return nil
 	})
 }
 
@@ -173,15 +175,46 @@ func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
 }
 
 // storedEvents reads the gate's events inside the writer's transaction,
-// leaving out (and logging) those that do not decode: damaged says some
-// were. Errors: a failed read.
+// without their drawn lines (decisions do not read them; a large launch's
+// is megabytes), leaving out (and logging) those that do not decode:
+// damaged says some were. Errors: a failed read.
 func (s *Store) storedEvents(gate string) (evs []session.ScheduledEvent, damaged bool, err error) {
 	evs, err = s.readEvents(gate, func(err error) error {
 		s.log.Warn("anteroom: a gate's stored event is damaged; its ops decide with the instance's own settings", "gate", gate, "err", err)
 		damaged = true
 		return nil
 	})
+	for i := range evs {
+		evs[i].Positions = nil
+	}
 	return evs, damaged, err
+}
+
+// setEvent puts ev, as just written, in the entry's events, without its
+// drawn line. The slice is replaced, not changed: an undone op restores
+// the entry's previous one.
+func (e *gateEntry) setEvent(ev session.ScheduledEvent) {
+	ev.Positions = nil
+	evs := make([]session.ScheduledEvent, 0, len(e.events)+1)
+	for _, x := range e.events {
+		if x.ID != ev.ID {
+			evs = append(evs, x)
+		}
+	}
+	e.events = append(evs, ev)
+	session.SortEvents(e.events)
+}
+
+// dropEvent takes the event id out of the entry's events (a new slice, as
+// setEvent).
+func (e *gateEntry) dropEvent(id string) {
+	evs := make([]session.ScheduledEvent, 0, len(e.events))
+	for _, x := range e.events {
+		if x.ID != id {
+			evs = append(evs, x)
+		}
+	}
+	e.events = evs
 }
 
 // readEvents reads the gate's events, sorted, inside the writer's
@@ -281,9 +314,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 			if err := s.writeEvent(next); err != nil {
 				return err
 			}
-			if err := s.readStored(e); err != nil {
-				return err
-			}
+			e.setEvent(next)
 		}
 		out, changed = next, ch
 		return nil
