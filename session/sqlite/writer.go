@@ -463,43 +463,17 @@ func (s *Store) noteWriteFailure(err error) {
 	}
 }
 
+// apply runs o in the batch's transaction, the ops that decide with the
+// gate's stored settings and events (decidedWith); an error that carries no
+// code of the contract's comes back as an internal one.
 func (s *Store) apply(b *batch, o *op) error {
 	var err error
 	switch o.kind {
 	case opJoin, opLeave, opRelease, opPurge, opUpdate:
-		if err = s.decidedWith(b, o); err != nil {
-			return err
-		}
+		err = s.decidedWith(b, o)
 	}
-	switch o.kind {
-	case opJoin:
-		err = s.applyJoin(b, o)
-	case opLeave:
-		err = s.applyLeave(b, o)
-	case opRelease:
-		err = s.applyRelease(b, o)
-	case opTouch:
-		err = s.applyTouch(b, o)
-	case opPurge:
-		err = s.applyPurge(b, o)
-	case opUpdate:
-		err = s.applyUpdate(b, o)
-	case opLoad:
-		err = s.applyLoad(b, o)
-	case opSecret:
-		err = s.applySecret(o)
-	case opProbe:
-		err = s.applyProbe()
-	case opSettings:
-		err = s.applySettings(b, o)
-	case opFunc:
-		err = o.fn(b)
-	case opPruneHistory:
-		err = s.applyPruneHistory(o)
-	case opCodes:
-		err = s.applyCodes(o)
-	default:
-		err = fmt.Errorf("unknown op %d", o.kind)
+	if err == nil {
+		err = s.applyKind(b, o)
 	}
 	if err != nil && session.CodeOf(err) == session.CodeInternal {
 		var se *session.Error
@@ -508,4 +482,37 @@ func (s *Store) apply(b *batch, o *op) error {
 		}
 	}
 	return err
+}
+
+// applyKind runs o by its kind.
+func (s *Store) applyKind(b *batch, o *op) error {
+	switch o.kind {
+	case opJoin:
+		return s.applyJoin(b, o)
+	case opLeave:
+		return s.applyLeave(b, o)
+	case opRelease:
+		return s.applyRelease(b, o)
+	case opTouch:
+		return s.applyTouch(b, o)
+	case opPurge:
+		return s.applyPurge(b, o)
+	case opUpdate:
+		return s.applyUpdate(b, o)
+	case opLoad:
+		return s.applyLoad(b, o)
+	case opSecret:
+		return s.applySecret(o)
+	case opProbe:
+		return s.applyProbe()
+	case opSettings:
+		return s.applySettings(b, o)
+	case opFunc:
+		return o.fn(b)
+	case opPruneHistory:
+		return s.applyPruneHistory(o)
+	case opCodes:
+		return s.applyCodes(o)
+	}
+	return fmt.Errorf("unknown op %d", o.kind)
 }
