@@ -285,6 +285,20 @@ func PrequeueFloor(stored []ScheduledEvent) int64 {
 	return floor
 }
 
+// PrequeueHold returns cfg as an op decides with it while a pre-queue is
+// open as stored (floor, PrequeueFloor, above 0): an admitting gate reads
+// as ModeQueueAll, everyone new waits and nobody is promoted, as
+// EventConfig makes it from PrequeueAt on by the op's clock. An op's
+// clock can be a moment behind the transition (its caller read the
+// configuration just before PrequeueAt, or its instance's clock lags): a
+// join into free slots would otherwise be admitted ahead of the draw.
+func PrequeueHold(cfg GateConfig, floor int64) GateConfig {
+	if floor > 0 && cfg.Mode.Admits() {
+		cfg.Mode = ModeQueueAll
+	}
+	return cfg
+}
+
 // PromotionBound narrows a promotion's bound below (Promotable; 0 limits
 // nothing) to a pre-queue's floor (PrequeueFloor; 0: none). An op's
 // configuration says whether a pre-queue is open by the clock it was read

@@ -218,3 +218,23 @@ func TestPromotionBoundStopsAtAnOpenPrequeue(t *testing.T) {
 		assert.Equal(t, c.want, session.PromotionBound(c.below, floor), c.name)
 	}
 }
+
+func TestPrequeueHoldQueuesAnAdmittingGate(t *testing.T) {
+	for _, c := range []struct {
+		mode  session.Mode
+		floor int64
+		want  session.Mode
+	}{
+		{session.ModeOpen, 0, session.ModeOpen},
+		{"", 0, ""},
+		{session.ModeOpen, 7, session.ModeQueueAll},
+		{"", 7, session.ModeQueueAll},
+		{session.ModeQueueAll, 7, session.ModeQueueAll},
+		{session.ModeReject, 7, session.ModeReject},
+	} {
+		cfg := session.GateConfig{Name: "g", ActiveLimit: 5, Mode: c.mode}
+		got := session.PrequeueHold(cfg, c.floor)
+		assert.Equal(t, c.want, got.Mode, "%q, floor %d", c.mode, c.floor)
+		assert.Equal(t, int64(5), got.ActiveLimit)
+	}
+}

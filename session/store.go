@@ -34,6 +34,15 @@ type Store interface {
 	// as the gate's runtime settings, which Load returns from then on; nil
 	// forgets them. Settings changed at runtime win over the config file's
 	// until forgotten.
+	//
+	// The cfg that Join, Leave, Release, Purge and Update are given is what
+	// their caller read: while the gate has runtime settings, a Store
+	// decides with those as stored instead, and the gate's stored events
+	// over them (EventConfig at the op's now), under the gate's lock; and
+	// while a pre-queue is open as stored, it decides with the gate held
+	// (PrequeueHold) and promotes no one at or past the pre-queue's first
+	// position (PromotionBound). An op is decided as of its commit, not of
+	// its caller's read.
 	SaveGateSettings(ctx context.Context, gate string, settings *GateConfig) error
 
 	// Join runs DecideJoin for id in gate cfg.Name at now and returns the

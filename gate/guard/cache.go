@@ -70,9 +70,6 @@ func (c *cache) get(key string) (error, bool) {
 
 // put stores the answer err for key until TTL from now.
 func (c *cache) put(key string, err error) {
-	if len(key) > maxCacheKey {
-		return
-	}
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()

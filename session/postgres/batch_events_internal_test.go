@@ -14,8 +14,9 @@ import (
 	"github.com/anteroomhq/anteroom/session/sessiontest"
 )
 
-// An event deleted (or saved) earlier in a batch holds for the batch's later
-// ops, as AdvanceEvent's change does (setScheduled) and as SQLite does.
+// An event's deletion earlier in a batch holds for the batch's later ops,
+// as AdvanceEvent's and SaveEvent's changes do (setScheduled), and as on
+// SQLite: a join after it is not decided with the deleted event's limit.
 func TestEventOpsHoldForTheirBatch(t *testing.T) {
 	ctx, now := context.Background(), sessiontest.Epoch
 	s, err := Open(ctx, pgtest.DB(t), Options{Logger: slog.New(slog.DiscardHandler)})

@@ -257,12 +257,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 // (session.PrequeueFloor) or closed.
 func (g *gateTx) setScheduled(ev session.ScheduledEvent) {
 	ev.Positions = nil // as read at the lock: without the drawn line
-	for i := range g.scheduled {
-		if g.scheduled[i].ID == ev.ID {
-			g.scheduled[i] = ev
-			return
-		}
-	}
+	g.scheduled = slices.DeleteFunc(g.scheduled, func(e session.ScheduledEvent) bool { return e.ID == ev.ID })
 	g.scheduled = append(g.scheduled, ev)
 	session.SortEvents(g.scheduled)
 }

@@ -54,15 +54,18 @@ func TestPrequeueHoldsAnotherInstancesStaleOps(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, session.StatusWaiting, got.Status)
 			}
-			stale := cfg // read before PrequeueAt
-			_, err = b.Release(ctx, stale, "a", now)
+			stale, before := cfg, now.Add(-time.Second) // read before PrequeueAt, on b's clock
+			_, err = b.Release(ctx, stale, "a", before)
 			require.NoError(t, err)
-			_, err = b.Release(ctx, stale, "early", now)
+			_, err = b.Release(ctx, stale, "early", before)
 			require.NoError(t, err)
-			_, err = b.Update(ctx, stale, now, 0)
+			_, err = b.Update(ctx, stale, before, 0)
 			require.NoError(t, err)
-			_, err = b.Purge(ctx, stale, nil, now)
+			_, err = b.Purge(ctx, stale, nil, before)
 			require.NoError(t, err)
+			got, err := b.Join(ctx, stale, "late", before)
+			require.NoError(t, err)
+			assert.Equal(t, session.StatusWaiting, got.Status, "admitted ahead of the draw")
 			rows, err := b.Rows(ctx, multiGate)
 			require.NoError(t, err)
 			for _, r := range rows {

@@ -67,6 +67,7 @@ func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time
 		// read again at the next lock).
 		delete(s.held, gate)
 		delete(s.heldEvents, gate)
+		g.scheduled, g.damagedEvents = nil, false // for the batch's later ops
 		return s.applySettings(ctx, b, &op{kind: opSettings, ctx: ctx, cfg: session.GateConfig{Name: gate}})
 	})
 }

@@ -550,8 +550,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 			c.Conn().Close(context.Background()) // closing the session releases the lock
 		}
 	}()
-	waitingCutoff, activeCutoff := session.StaleCutoffs(cfg, now)
-	step := updateStep{chunk: chunk, waitingCutoff: nanos(waitingCutoff), activeCutoff: nanos(activeCutoff), now: nanos(now)}
+	step := updateStep{chunk: chunk, now: nanos(now)} // the cutoffs: applyUpdate's
 	for !step.finished {
 		o := &op{kind: opUpdate, ctx: ctx, cfg: cfg, now: normTime(now), updIn: step}
 		o.updIn.purgedWaiting, o.updIn.purgedActive, o.updIn.promoted = 0, 0, 0

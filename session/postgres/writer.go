@@ -62,7 +62,7 @@ type op struct {
 
 type updateStep struct {
 	chunk                       int
-	waitingCutoff, activeCutoff int64
+	waitingCutoff, activeCutoff int64 // set by each transaction (applyUpdate)
 	now                         int64 // unclaimed past their deadline before it
 	phase                       int
 	finished                    bool
@@ -1366,13 +1366,19 @@ func (s *Store) repairCounters(g *gateTx, active []session.Session, waiting []in
 // when it holds some, and the gate's scheduled events over them
 // (session.EventConfig at the op's time: a pre-queue holds everyone, a
 // started event's overrides apply), as memory's configuration would be
-// once it has followed every commit.
+// once it has followed every commit; and held while a pre-queue is open
+// as stored, whatever the op's time (session.PrequeueHold).
 func decidedWith(b *batch, o *op) {
 	switch o.kind {
 	case opJoin, opLeave, opRelease, opUpdate, opPurge, opNotify:
-		if g := b.gates[o.cfg.Name]; g != nil && g.held != nil {
+		g := b.gates[o.cfg.Name]
+		if g == nil {
+			return
+		}
+		if g.held != nil {
 			o.cfg = session.EventConfig(*g.held, g.scheduled, o.now)
 		}
+		o.cfg = session.PrequeueHold(o.cfg, session.PrequeueFloor(g.scheduled))
 	}
 }
 

@@ -344,20 +344,19 @@ func testEventLotteryKeepsLanes(t *testing.T, open Opener) {
 	}
 }
 
-// testEventPrequeueHoldsStaleOps: once the pre-queue is open as stored, no
-// op promotes a session at or above its FirstPosition before the draw, even
-// one decided with a configuration read before PrequeueAt (a release, an
-// update or a purge whose caller read it a moment earlier, or on an
-// instance whose clock lags): positions, not clocks. Waiters who arrived
-// before the pre-queue are promoted as usual; after the start, the
-// pre-queue is.
+// testEventPrequeueHoldsStaleOps: once the pre-queue is open as stored, the
+// gate holds its line for every op until the draw, even one decided with a
+// configuration read before PrequeueAt (a join, a release, an update or a
+// purge whose caller read it a moment earlier, or on an instance whose
+// clock lags): nobody is promoted, and a join into free slots waits.
+// Positions and stored phases, not clocks. After the start, the line is
+// served again.
 func testEventPrequeueHoldsStaleOps(t *testing.T, open Opener) {
 	h := newHarness(t, open)
-	cfg := GateConfig(gateName, 1) // the configuration as read before PrequeueAt
+	cfg := GateConfig(gateName, 2) // the configuration as read before PrequeueAt
 	held := cfg
 	held.Mode = session.ModeQueueAll
 	h.join(cfg, "a")
-	require.Equal(t, session.StatusWaiting, h.join(cfg, "early").Status)
 	ev := suiteEvent("drop", Epoch.Add(10*time.Second))
 	_, err := h.store.SaveEvent(h.ctx, ev)
 	require.NoError(t, err)
@@ -365,31 +364,30 @@ func testEventPrequeueHoldsStaleOps(t *testing.T, open Opener) {
 	opened, changed, err := h.store.AdvanceEvent(h.ctx, gateName, "drop", h.clock.Now())
 	require.NoError(t, err)
 	require.True(t, changed)
-	require.Equal(t, int64(3), opened.FirstPosition)
-	for _, id := range []string{"p1", "p2"} {
-		require.Equal(t, session.StatusWaiting, h.join(held, id).Status)
-	}
+	require.Equal(t, int64(2), opened.FirstPosition)
 
-	h.release(cfg, "a") // its slot goes to the waiter before the pre-queue
-	assert.Equal(t, session.StatusActive, h.mustGet(gateName, "early").Status)
-	h.reopen() // the floor is the stored event's, not the process's
-	h.release(cfg, "early")
+	// A free slot, nobody waiting: a join that read the gate as open waits.
+	assert.Equal(t, session.StatusWaiting, h.join(cfg, "p1").Status, "admitted ahead of the draw")
+	require.Equal(t, session.StatusWaiting, h.join(held, "p2").Status)
+	h.release(cfg, "a")
+	h.reopen() // the hold is the stored event's, not the process's
 	h.update(cfg, 0)
 	_, err = h.store.Purge(h.ctx, cfg, []string{"p1"}, h.clock.Now())
 	require.NoError(t, err)
-	for _, id := range []string{"p1", "p2"} {
+	assert.Equal(t, session.StatusWaiting, h.join(cfg, "p3").Status, "admitted ahead of the draw after a restart")
+	for _, id := range []string{"p1", "p2", "p3"} {
 		assert.Equal(t, session.StatusWaiting, h.mustGet(gateName, id).Status, "%s promoted before the draw", id)
 	}
 	st := h.state(gateName)
-	assert.Zero(t, st.Active, "a free slot stays free until the draw")
-	assert.Equal(t, int64(2), st.Waiting)
+	assert.Zero(t, st.Active, "free slots stay free until the draw")
+	assert.Equal(t, int64(3), st.Waiting)
 
 	started, changed, err := h.store.AdvanceEvent(h.ctx, gateName, "drop", ev.StartsAt)
 	require.NoError(t, err)
 	require.True(t, changed)
 	require.Equal(t, session.EventStarted, started.Phase)
 	h.clock.Set(ev.StartsAt)
-	h.seen("p1", "p2")
+	h.seen("p1", "p2", "p3")
 	h.update(cfg, 0)
-	assert.Equal(t, int64(1), h.state(gateName).Active, "the pre-queue is served after the draw")
+	assert.Equal(t, int64(2), h.state(gateName).Active, "the pre-queue is served after the draw")
 }

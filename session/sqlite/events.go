@@ -195,20 +195,15 @@ func (s *Store) storedEvents(gate string) (evs []session.ScheduledEvent, damaged
 // the entry's previous one.
 func (e *gateEntry) setEvent(ev session.ScheduledEvent) {
 	ev.Positions = nil
-	evs := make([]session.ScheduledEvent, 0, len(e.events)+1)
-	for _, x := range e.events {
-		if x.ID != ev.ID {
-			evs = append(evs, x)
-		}
-	}
-	e.events = append(evs, ev)
+	e.dropEvent(ev.ID)
+	e.events = append(e.events, ev)
 	session.SortEvents(e.events)
 }
 
 // dropEvent takes the event id out of the entry's events (a new slice, as
 // setEvent).
 func (e *gateEntry) dropEvent(id string) {
-	evs := make([]session.ScheduledEvent, 0, len(e.events))
+	evs := make([]session.ScheduledEvent, 0, len(e.events)+1)
 	for _, x := range e.events {
 		if x.ID != id {
 			evs = append(evs, x)
@@ -346,7 +341,8 @@ func (s *Store) readStored(e *gateEntry) error {
 
 // decidedWith gives o, an op that decides, the configuration of its gate as
 // stored (gateEntry.held, the events over it) when the gate has runtime
-// settings and its events all decode; else o keeps its own.
+// settings and its events all decode, else o keeps its own; held while a
+// pre-queue is open as stored (session.PrequeueHold).
 func (s *Store) decidedWith(b *batch, o *op) error {
 	e, err := s.gate(b, o.cfg.Name)
 	if err != nil {
@@ -355,6 +351,7 @@ func (s *Store) decidedWith(b *batch, o *op) error {
 	if e.held != nil && !e.damagedEvents {
 		o.cfg = session.EventConfig(*e.held, e.events, o.now)
 	}
+	o.cfg = session.PrequeueHold(o.cfg, session.PrequeueFloor(e.events))
 	return nil
 }
 

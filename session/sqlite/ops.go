@@ -12,7 +12,8 @@ import (
 )
 
 // gate returns the writer's entry for name, reading the gates row (creating
-// it when missing) the first time, and remembers it for the op's undo.
+// it when missing) and the gate's stored settings and events (readStored)
+// the first time, and remembers it for the op's undo.
 func (s *Store) gate(b *batch, name string) (*gateEntry, error) {
 	e := s.cache[name]
 	if !s.inUndo(b, name) {

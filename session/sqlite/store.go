@@ -740,13 +740,7 @@ func (s *Store) Update(ctx context.Context, cfg session.GateConfig, now time.Tim
 		s.ck.kick() // the checkpointer waited for the update
 		s.cleanStart()
 	}()
-	waitingCutoff, activeCutoff := session.StaleCutoffs(cfg, now)
-	step := updateStep{
-		chunk:         chunk,
-		waitingCutoff: waitingCutoff.UnixNano(),
-		activeCutoff:  activeCutoff.UnixNano(),
-		now:           now.UnixNano(),
-	}
+	step := updateStep{chunk: chunk, now: now.UnixNano()} // the cutoffs: applyUpdate's
 	var took time.Duration
 	waitBudget := updateWaitLimit
 	for !step.finished {

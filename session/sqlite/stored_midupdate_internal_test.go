@@ -15,6 +15,9 @@ import (
 
 // Settings changed between two transactions of one update: each
 // transaction purges by the cutoffs of the configuration it decides with.
+// Two waiters are stale by every timeout but the raised one; four only by
+// the lowered one (seen 90 s after the others), which the caller's
+// cutoffs would have kept.
 func TestSettingsChangedMidUpdateSetItsCutoffs(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -35,8 +38,11 @@ func TestSettingsChangedMidUpdateSetItsCutoffs(t *testing.T) {
 				_, err := s.Join(ctx, cfg, fmt.Sprint("w", i), epoch)
 				require.NoError(t, err)
 			}
-			err = s.Touch(ctx, "default", []session.Touch{{ID: "a", LastActive: epoch.Add(3 * time.Minute)}})
-			require.NoError(t, err)
+			touches := []session.Touch{{ID: "a", LastActive: epoch.Add(3 * time.Minute)}}
+			for i := 2; i < 6; i++ {
+				touches = append(touches, session.Touch{ID: fmt.Sprint("w", i), LastActive: epoch.Add(90 * time.Second)})
+			}
+			require.NoError(t, s.Touch(ctx, "default", touches))
 			saved := make(chan error, 1)
 			changed := cfg
 			changed.WaitingTimeout = tc.timeout

@@ -13,9 +13,11 @@ import (
 	"github.com/anteroomhq/anteroom/session/sessiontest"
 )
 
-// A settings op or an event op batched with joins, then rolled back (its own
-// failure, a later op's, or the whole transaction's): the joins after it
-// decide with what is stored in the end, never with what was rolled back.
+// A settings op batched with joins, and its batch's failures (the op's own
+// after it wrote, a later op's, the commit's: each rolls the transaction
+// back and reruns it, or fails it, with the writer's cache dropped): the
+// joins decide with what is stored in the end, never with what was rolled
+// back.
 func TestTheStoredSettingsHoldThroughAnUndo(t *testing.T) {
 	injected := errors.New("injected")
 	for _, tc := range []struct {

@@ -109,7 +109,7 @@ func putOp(o *op) {
 // next, and what one transaction did.
 type updateStep struct {
 	chunk                       int
-	waitingCutoff, activeCutoff int64 // unix nanos
+	waitingCutoff, activeCutoff int64 // unix nanos; set by each transaction (applyUpdate)
 	now                         int64 // unix nanos: unclaimed past their deadline before it
 	phase                       int   // phasePurgeSeen, … phasePromote (update.go)
 	finished                    bool
