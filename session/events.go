@@ -270,47 +270,26 @@ func (e ScheduledEvent) Due(now time.Time) bool {
 	return false
 }
 
-// PrequeueFloor returns the FirstPosition of the gate's stored event whose
-// pre-queue is open (stored phase EventPrequeue; the lowest, were there
-// several), or 0 when none is. No session at or above it may be promoted
-// before the draw (PromotionBound), whatever configuration an op was
-// decided with.
-func PrequeueFloor(stored []ScheduledEvent) int64 {
-	var floor int64
+// PrequeueHold returns cfg as an op decides with it, given the gate's
+// events as stored: while one's pre-queue is open (stored phase
+// EventPrequeue) an admitting gate reads as ModeQueueAll, everyone new
+// waits and nobody is promoted, as EventConfig makes it from PrequeueAt on
+// by the op's clock. An op's clock can be a moment behind the transition
+// (its caller read the configuration just before PrequeueAt, or its
+// instance's clock lags): a join into free slots, or a release's
+// promotion, would otherwise let someone in ahead of the draw. The Stores
+// apply it under the gate's lock, to every op that decides.
+func PrequeueHold(cfg GateConfig, stored []ScheduledEvent) GateConfig {
+	if !cfg.Mode.Admits() {
+		return cfg
+	}
 	for _, e := range stored {
-		if e.Phase == EventPrequeue && e.FirstPosition > 0 && (floor == 0 || e.FirstPosition < floor) {
-			floor = e.FirstPosition
+		if e.Phase == EventPrequeue {
+			cfg.Mode = ModeQueueAll
+			break
 		}
 	}
-	return floor
-}
-
-// PrequeueHold returns cfg as an op decides with it while a pre-queue is
-// open as stored (floor, PrequeueFloor, above 0): an admitting gate reads
-// as ModeQueueAll, everyone new waits and nobody is promoted, as
-// EventConfig makes it from PrequeueAt on by the op's clock. An op's
-// clock can be a moment behind the transition (its caller read the
-// configuration just before PrequeueAt, or its instance's clock lags): a
-// join into free slots would otherwise be admitted ahead of the draw.
-func PrequeueHold(cfg GateConfig, floor int64) GateConfig {
-	if floor > 0 && cfg.Mode.Admits() {
-		cfg.Mode = ModeQueueAll
-	}
 	return cfg
-}
-
-// PromotionBound narrows a promotion's bound below (Promotable; 0 limits
-// nothing) to a pre-queue's floor (PrequeueFloor; 0: none). An op's
-// configuration says whether a pre-queue is open by the clock it was read
-// at: a release that read it just before PrequeueAt, committed just after
-// the pre-queue's first join, would otherwise promote that pre-queue
-// entrant ahead of the draw. The Stores apply the floor as stored, under
-// the gate's lock: positions, not clocks.
-func PromotionBound(below, floor int64) int64 {
-	if floor > 0 && (below == 0 || floor < below) {
-		return floor
-	}
-	return below
 }
 
 // DecidePrequeue decides the pre-queue transition of e at now in a gate of

@@ -195,46 +195,31 @@ func TestStoredEventRoundTrip(t *testing.T) {
 	}
 }
 
-func TestPromotionBoundStopsAtAnOpenPrequeue(t *testing.T) {
-	ev := func(phase session.EventPhase, first int64) session.ScheduledEvent {
-		return session.ScheduledEvent{Phase: phase, FirstPosition: first}
+func TestPrequeueHoldQueuesAnAdmittingGateWhileAPrequeueIsOpen(t *testing.T) {
+	ev := func(phase session.EventPhase) session.ScheduledEvent {
+		return session.ScheduledEvent{Phase: phase, FirstPosition: 10}
 	}
+	open := []session.ScheduledEvent{ev(session.EventStarted), ev(session.EventPrequeue)}
 	for _, c := range []struct {
 		name   string
+		mode   session.Mode
 		stored []session.ScheduledEvent
-		below  int64
-		want   int64
+		want   session.Mode
 	}{
-		{"no events", nil, 0, 0},
-		{"no events, a bound", nil, 40, 40},
-		{"scheduled", []session.ScheduledEvent{ev(session.EventScheduled, 0)}, 0, 0},
-		{"started", []session.ScheduledEvent{ev(session.EventStarted, 10)}, 0, 0},
-		{"pre-queue open", []session.ScheduledEvent{ev(session.EventPrequeue, 10)}, 0, 10},
-		{"pre-queue open, a lower bound", []session.ScheduledEvent{ev(session.EventPrequeue, 10)}, 7, 7},
-		{"pre-queue open, a higher bound", []session.ScheduledEvent{ev(session.EventPrequeue, 10)}, 12, 10},
-		{"the lowest of two", []session.ScheduledEvent{ev(session.EventPrequeue, 30), ev(session.EventStarted, 5), ev(session.EventPrequeue, 20)}, 0, 20},
-	} {
-		floor := session.PrequeueFloor(c.stored)
-		assert.Equal(t, c.want, session.PromotionBound(c.below, floor), c.name)
-	}
-}
-
-func TestPrequeueHoldQueuesAnAdmittingGate(t *testing.T) {
-	for _, c := range []struct {
-		mode  session.Mode
-		floor int64
-		want  session.Mode
-	}{
-		{session.ModeOpen, 0, session.ModeOpen},
-		{"", 0, ""},
-		{session.ModeOpen, 7, session.ModeQueueAll},
-		{"", 7, session.ModeQueueAll},
-		{session.ModeQueueAll, 7, session.ModeQueueAll},
-		{session.ModeReject, 7, session.ModeReject},
+		{"no events", session.ModeOpen, nil, session.ModeOpen},
+		{"scheduled", session.ModeOpen, []session.ScheduledEvent{ev(session.EventScheduled)}, session.ModeOpen},
+		{"started", "", []session.ScheduledEvent{ev(session.EventStarted)}, ""},
+		{"open, pre-queue open", session.ModeOpen, open, session.ModeQueueAll},
+		{"default mode, pre-queue open", "", open, session.ModeQueueAll},
+		{"queue_all, pre-queue open", session.ModeQueueAll, open, session.ModeQueueAll},
+		{"reject, pre-queue open", session.ModeReject, open, session.ModeReject},
 	} {
 		cfg := session.GateConfig{Name: "g", ActiveLimit: 5, Mode: c.mode}
-		got := session.PrequeueHold(cfg, c.floor)
-		assert.Equal(t, c.want, got.Mode, "%q, floor %d", c.mode, c.floor)
-		assert.Equal(t, int64(5), got.ActiveLimit)
+		got := session.PrequeueHold(cfg, c.stored)
+		assert.Equal(t, c.want, got.Mode, c.name)
+		assert.Equal(t, int64(5), got.ActiveLimit, c.name)
+		if c.want == session.ModeQueueAll {
+			assert.Zero(t, session.Promotions(got, session.Counters{NextPosition: 20, Waiting: 3}), "%s: free slots filled", c.name)
+		}
 	}
 }

@@ -40,9 +40,8 @@ type Store interface {
 	// decides with those as stored instead, and the gate's stored events
 	// over them (EventConfig at the op's now), under the gate's lock; and
 	// while a pre-queue is open as stored, it decides with the gate held
-	// (PrequeueHold) and promotes no one at or past the pre-queue's first
-	// position (PromotionBound). An op is decided as of its commit, not of
-	// its caller's read.
+	// (PrequeueHold: nobody promoted, a join waits). An op is decided as of
+	// its commit, not of its caller's read.
 	SaveGateSettings(ctx context.Context, gate string, settings *GateConfig) error
 
 	// Join runs DecideJoin for id in gate cfg.Name at now and returns the

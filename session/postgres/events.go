@@ -254,7 +254,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 
 // setScheduled puts ev, as just written, in the gate's events for the rest
 // of the batch: its later ops see the event saved, a pre-queue it opened
-// (session.PrequeueFloor) or closed.
+// (session.PrequeueHold) or closed.
 func (g *gateTx) setScheduled(ev session.ScheduledEvent) {
 	ev.Positions = nil // as read at the lock: without the drawn line
 	g.scheduled = slices.DeleteFunc(g.scheduled, func(e session.ScheduledEvent) bool { return e.ID == ev.ID })

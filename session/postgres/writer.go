@@ -104,8 +104,9 @@ const (
 	sqlHeldSettings = `SELECT gate, settings FROM anteroom_gate_settings WHERE gate = ANY($1)`
 	// sqlHeldEvents reads the versions (xmin) of the scheduled events of
 	// the gates: a decision with the stored settings applies the events
-	// over them, as memory does (session.EventConfig), and every promotion
-	// stops at an open pre-queue as stored (session.PrequeueFloor). Only
+	// over them, as memory does (session.EventConfig), and every decision
+	// holds the gate while a pre-queue is open as stored
+	// (session.PrequeueHold). Only
 	// versions: an event's row holds its whole drawn line (positions,
 	// megabytes after a large launch), which the writer reads again
 	// (sqlHeldEvent, without the line) only when the row changed
@@ -1071,8 +1072,6 @@ func (s *Store) apply(ctx context.Context, b *batch, o *op) error {
 // database's waiters merged with the transaction's copies, which override
 // them.
 func (s *Store) promote(ctx context.Context, b *batch, g *gateTx, cfg session.GateConfig, n int64, now time.Time, below int64) (done int64, err error) {
-	// Nothing in an open pre-queue, as stored, before its draw.
-	below = session.PromotionBound(below, session.PrequeueFloor(g.scheduled))
 	// Pacing (session.Pace) admits no more than its tokens allow; what was
 	// promoted is taken from them.
 	n = min(n, g.pace.Available(cfg, now))
@@ -1378,7 +1377,7 @@ func decidedWith(b *batch, o *op) {
 		if g.held != nil {
 			o.cfg = session.EventConfig(*g.held, g.scheduled, o.now)
 		}
-		o.cfg = session.PrequeueHold(o.cfg, session.PrequeueFloor(g.scheduled))
+		o.cfg = session.PrequeueHold(o.cfg, g.scheduled)
 	}
 }
 

@@ -351,7 +351,7 @@ func (s *Store) decidedWith(b *batch, o *op) error {
 	if e.held != nil && !e.damagedEvents {
 		o.cfg = session.EventConfig(*e.held, e.events, o.now)
 	}
-	o.cfg = session.PrequeueHold(o.cfg, session.PrequeueFloor(e.events))
+	o.cfg = session.PrequeueHold(o.cfg, e.events)
 	return nil
 }
 

@@ -312,10 +312,8 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 // promote promotes the first n waiters of the gate, in position order, with
 // session.Promote, but no more than the gate's pacing allows at now
 // (session.Pace), and none at or after position below (session.Promotable;
-// zero: any), nor at or after an open pre-queue's first position
-// (session.PromotionBound). It returns how many it promoted.
+// zero: any). It returns how many it promoted.
 func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time, below int64) (int64, error) {
-	below = session.PromotionBound(below, session.PrequeueFloor(e.events))
 	n = min(n, e.pace.Available(cfg, now))
 	if n <= 0 {
 		return 0, nil

@@ -150,8 +150,8 @@ type gateEntry struct {
 	// held and the events over it (decidedWith), as the shared store does:
 	// an op queued with the configuration its caller read moments before
 	// a change committed (a limit lowered) is decided as of its own
-	// commit. And no promotion reaches an open pre-queue
-	// (session.PrequeueFloor of events). Read with the entry (readStored),
+	// commit, and held while a pre-queue is open as stored
+	// (session.PrequeueHold). Read with the entry (readStored),
 	// kept by the ops that change them.
 	held          *session.GateConfig
 	events        []session.ScheduledEvent
