@@ -370,7 +370,17 @@ func SameSchedule(a, b ScheduledEvent) bool {
 // reload from the store gives it again (eventMemory.setLocked).
 func sameEvent(a, b ScheduledEvent) bool {
 	return SameSchedule(a, b) && bytes.Equal(a.Seed, b.Seed) && a.Phase == b.Phase && a.FirstPosition == b.FirstPosition &&
-		slices.Equal(a.Positions, b.Positions) && a.PrequeueOpenedAt.Equal(b.PrequeueOpenedAt) && a.StartedAt.Equal(b.StartedAt)
+		samePositions(a.Positions, b.Positions) && a.PrequeueOpenedAt.Equal(b.PrequeueOpenedAt) && a.StartedAt.Equal(b.StartedAt)
+}
+
+// samePositions reports whether a and b hold the same positions; at once
+// when they are one slice (a shared Store's reload gives memory back the
+// drawn line it decoded before, which a large launch's makes millions).
+func samePositions(a, b []int64) bool {
+	if len(a) == len(b) && len(a) > 0 && &a[0] == &b[0] {
+		return true
+	}
+	return slices.Equal(a, b)
 }
 
 // sameEvents reports whether a and b hold the same events (sameEvent) in

@@ -80,3 +80,12 @@ func DecodeStoredEvent(gate, id string, b []byte) (ScheduledEvent, error) {
 	}
 	return ev, nil
 }
+
+// EventDamaged returns the CodeEventLocked error a Store answers a save or
+// a transition of event id of gate whose stored row does not decode
+// (damage, DecodeStoredEvent's error). Such an event is left out of every
+// decision and listing (each Store logs it); deleting it is the one change
+// it takes.
+func EventDamaged(gate, id string, damage error) error {
+	return Errorf(CodeEventLocked, "event %q of gate %q is damaged in storage (%v): delete it, then schedule it again", id, gate, damage)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,10 +18,16 @@ import (
 // as an op on the event's gate, so under the gate row's lock: the
 // transitions happen once whichever instance asks.
 const (
-	sqlGateEvents  = `SELECT id, event FROM anteroom_events WHERE gate = $1`
-	sqlOneEvent    = `SELECT event FROM anteroom_events WHERE gate = $1 AND id = $2`
-	sqlSaveEvent   = `INSERT INTO anteroom_events (gate, id, event) VALUES ($1, $2, $3) ON CONFLICT (gate, id) DO UPDATE SET event = EXCLUDED.event`
-	sqlDeleteEvent = `DELETE FROM anteroom_events WHERE gate = $1 AND id = $2`
+	// sqlGateEventsNoLine reads the gate's events without their drawn
+	// lines (RemoveGate's check needs none; a large launch's is megabytes).
+	sqlGateEventsNoLine = `SELECT id, event - 'positions' FROM anteroom_events WHERE gate = $1`
+	// The read side's (Events): the versions of the gate's rows, then the
+	// rows it has not decoded in their version.
+	sqlGateEventVersions = `SELECT id, xmin::text FROM anteroom_events WHERE gate = $1`
+	sqlSomeEvents        = `SELECT id, xmin::text, event FROM anteroom_events WHERE gate = $1 AND id = ANY($2)`
+	sqlOneEvent          = `SELECT event FROM anteroom_events WHERE gate = $1 AND id = $2`
+	sqlSaveEvent         = `INSERT INTO anteroom_events (gate, id, event) VALUES ($1, $2, $3) ON CONFLICT (gate, id) DO UPDATE SET event = EXCLUDED.event`
+	sqlDeleteEvent       = `DELETE FROM anteroom_events WHERE gate = $1 AND id = $2`
 )
 
 // eventOp runs fn in a writer transaction that holds the gate's lock.
@@ -42,20 +49,23 @@ func (s *Store) eventOp(ctx context.Context, gate string, fn func(ctx context.Co
 	return s.do(o)
 }
 
-func readEvent(ctx context.Context, tx pgx.Tx, gate, id string) (*session.ScheduledEvent, error) {
+// readEvent reads one event in tx, or nil. damage is
+// DecodeStoredEvent's error for a row that does not decode (ev is then
+// nil); err, a failed read.
+func readEvent(ctx context.Context, tx pgx.Tx, gate, id string) (ev *session.ScheduledEvent, damage, err error) {
 	var raw []byte
-	err := tx.QueryRow(ctx, sqlOneEvent, gate, id).Scan(&raw)
+	err = tx.QueryRow(ctx, sqlOneEvent, gate, id).Scan(&raw)
 	if err == pgx.ErrNoRows {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read event %q of gate %q: %w", id, gate, err)
+		return nil, nil, fmt.Errorf("read event %q of gate %q: %w", id, gate, err)
 	}
-	ev, err := session.DecodeStoredEvent(gate, id, raw)
-	if err != nil {
-		return nil, err
+	decoded, damage := session.DecodeStoredEvent(gate, id, raw)
+	if damage != nil {
+		return nil, damage, nil
 	}
-	return &ev, nil
+	return &decoded, nil, nil
 }
 
 func writeEvent(ctx context.Context, tx pgx.Tx, ev session.ScheduledEvent) error {
@@ -79,9 +89,12 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 	}
 	var saved session.ScheduledEvent
 	err := s.eventOp(ctx, ev.Gate, func(ctx context.Context, b *batch, g *gateTx) error {
-		stored, err := readEvent(ctx, b.tx, ev.Gate, ev.ID)
+		stored, damage, err := readEvent(ctx, b.tx, ev.Gate, ev.ID)
 		if err != nil {
 			return err
+		}
+		if damage != nil {
+			return session.EventDamaged(ev.Gate, ev.ID, damage)
 		}
 		next, err := session.MergeSaved(stored, ev)
 		if err != nil {
@@ -97,7 +110,8 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 	return saved, err
 }
 
-// DeleteEvent removes an event (session.CheckDelete decides). Errors: a
+// DeleteEvent removes an event (session.CheckDelete decides); one whose
+// row does not decode is deleted unchecked. Errors: a
 // session.CodeEventNotFound or CodeEventLocked error,
 // session.ErrInvalidArgument, session.ErrUnavailable, a
 // session.CodeInternal error on storage failure.
@@ -106,15 +120,20 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 		return session.Errorf(session.CodeInvalidArgument, "postgres: delete event: id %q", id)
 	}
 	return s.eventOp(ctx, gate, func(ctx context.Context, b *batch, g *gateTx) error {
-		stored, err := readEvent(ctx, b.tx, gate, id)
+		stored, damage, err := readEvent(ctx, b.tx, gate, id)
 		if err != nil {
 			return err
 		}
-		if stored == nil {
+		switch {
+		case damage != nil:
+			// Left out of every decision already: nothing to check.
+			s.log.Warn("anteroom: deleting a damaged stored event", "gate", gate, "event", id, "err", damage)
+		case stored == nil:
 			return session.EventNotFound(gate, id)
-		}
-		if err := session.CheckDelete(*stored); err != nil {
-			return err
+		default:
+			if err := session.CheckDelete(*stored); err != nil {
+				return err
+			}
 		}
 		if _, err := b.tx.Exec(ctx, sqlDeleteEvent, gate, id); err != nil {
 			return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
@@ -124,10 +143,14 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 	})
 }
 
-// Events returns the gate's events, sorted by start. Errors:
+// Events returns the gate's events, sorted by start; an event that does
+// not decode is logged (once per version of its row) and left out. It
+// reads the versions of the gate's rows, and reads whole (a started
+// launch's row holds its drawn line: megabytes for a large one) only the
+// rows it has not decoded in that version: a Waitlist over this store
+// reads its events again every few seconds. Errors:
 // session.ErrInvalidArgument, session.ErrUnavailable, a
-// session.CodeInternal error on storage failure or an event that does not
-// decode.
+// session.CodeInternal error on storage failure.
 func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEvent, error) {
 	if !session.ValidGateName(gate) {
 		return nil, session.Errorf(session.CodeInvalidArgument, "postgres: events: gate name %q", gate)
@@ -135,29 +158,110 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 	if s.closed.Load() {
 		return nil, session.ErrUnavailable
 	}
-	rows, err := s.pool.Query(ctx, sqlGateEvents, gate)
+	versions, err := s.eventVersions(ctx, gate)
 	if err != nil {
 		return nil, storageErr("read events", err)
 	}
-	defer rows.Close()
-	var out []session.ScheduledEvent
-	for rows.Next() {
-		var id string
-		var raw []byte
-		if err := rows.Scan(&id, &raw); err != nil {
+	cached := s.readCache.of(gate)
+	var changed []string
+	for id, xmin := range versions {
+		if h, ok := cached[id]; !ok || h.xmin != xmin {
+			changed = append(changed, id)
+		}
+	}
+	next := make(map[string]heldEvent, len(versions))
+	for id, xmin := range versions {
+		if h, ok := cached[id]; ok && h.xmin == xmin {
+			next[id] = h
+		}
+	}
+	if len(changed) > 0 {
+		// A row changed or deleted since its version was read is read as it
+		// is now, or not at all.
+		if err := s.readChangedEvents(ctx, gate, changed, next); err != nil {
 			return nil, storageErr("read events", err)
 		}
-		ev, err := session.DecodeStoredEvent(gate, id, raw)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ev)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, storageErr("read events", err)
+	s.readCache.set(gate, next)
+	out := make([]session.ScheduledEvent, 0, len(next))
+	for _, h := range next {
+		if h.ev != nil {
+			out = append(out, *h.ev)
+		}
 	}
 	session.SortEvents(out)
 	return out, nil
+}
+
+// eventVersions reads the id and row version of each of the gate's events.
+func (s *Store) eventVersions(ctx context.Context, gate string) (map[string]string, error) {
+	rows, err := s.pool.Query(ctx, sqlGateEventVersions, gate)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, xmin string
+		if err := rows.Scan(&id, &xmin); err != nil {
+			return nil, err
+		}
+		out[id] = xmin
+	}
+	return out, rows.Err()
+}
+
+// readChangedEvents reads the gate's events ids whole and puts each, with
+// its version, in into (a damaged one without its event, logged).
+func (s *Store) readChangedEvents(ctx context.Context, gate string, ids []string, into map[string]heldEvent) error {
+	rows, err := s.pool.Query(ctx, sqlSomeEvents, gate, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, xmin string
+		var raw []byte
+		if err := rows.Scan(&id, &xmin, &raw); err != nil {
+			return err
+		}
+		s.eventBodyReads.Add(1)
+		h := heldEvent{xmin: xmin}
+		if ev, damage := session.DecodeStoredEvent(gate, id, raw); damage != nil {
+			s.log.Warn("anteroom: a gate's stored event is damaged and left out; delete it and schedule it again", "gate", gate, "event", id, "err", damage)
+		} else {
+			h.ev = &ev
+		}
+		into[id] = h
+	}
+	return rows.Err()
+}
+
+// eventCache is the read side's decoding of the gates' events, by gate, id
+// and row version (Events). Its maps are replaced, never changed.
+type eventCache struct {
+	mu     sync.Mutex
+	byGate map[string]map[string]heldEvent
+}
+
+func (c *eventCache) of(gate string) map[string]heldEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byGate[gate]
+}
+
+// set keeps evs as the gate's, or forgets the gate when it has none.
+func (c *eventCache) set(gate string, evs map[string]heldEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(evs) == 0 {
+		delete(c.byGate, gate)
+		return
+	}
+	if c.byGate == nil {
+		c.byGate = map[string]map[string]heldEvent{}
+	}
+	c.byGate[gate] = evs
 }
 
 // loadEvents adds each gate's events to its snapshot (Load).
@@ -190,9 +294,12 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 	var out session.ScheduledEvent
 	var changed bool
 	err := s.eventOp(ctx, gate, func(ctx context.Context, b *batch, g *gateTx) error {
-		stored, err := readEvent(ctx, b.tx, gate, id)
+		stored, damage, err := readEvent(ctx, b.tx, gate, id)
 		if err != nil {
 			return err
+		}
+		if damage != nil {
+			return session.EventDamaged(gate, id, damage)
 		}
 		if stored == nil {
 			return session.EventNotFound(gate, id)

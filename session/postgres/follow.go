@@ -164,7 +164,8 @@ func (s *Store) catchUp(ctx context.Context, q querier, gate string, upTo int64,
 // pending and the Store unready until the follower resyncs it.
 func (s *Store) resyncGate(ctx context.Context, q querier, gate string) {
 	snap, seq, err := readSnapshot(ctx, q, gate)
-	if err != nil {
+	keep := s.damagedSettings(gate, err)
+	if err != nil && !keep {
 		s.log.Error("anteroom: resync from the tables failed", "gate", gate, "err", err)
 		s.pending[gate] = true
 		s.setUnready(fmt.Errorf("resync of gate %q failed: %w", gate, err))
@@ -172,34 +173,56 @@ func (s *Store) resyncGate(ctx context.Context, q querier, gate string) {
 	}
 	delete(s.pending, gate)
 	s.updateReady()
-	if s.applySnapshot(gate, snap, seq) {
+	if s.applySnapshot(gate, snap, seq, keep) {
 		s.log.Info("anteroom: resynchronised a gate from the tables", "gate", gate, "seq", seq)
 	}
 }
 
+// damagedSettings reports whether err, a readSnapshot's, says only that
+// the gate's settings do not decode, and logs it: the snapshot is whole
+// but for them, and the listener keeps the settings it has (a Waitlist,
+// the config file's, or those it last followed), as the writer's decisions
+// leave the row out.
+func (s *Store) damagedSettings(gate string, err error) bool {
+	if !errors.Is(err, errBadSettings) {
+		return false
+	}
+	s.log.Warn("anteroom: a gate's stored runtime settings are damaged; resynchronised without them (save or reset them)", "gate", gate, "err", err)
+	return true
+}
+
 // applySnapshot hands the listener gate's whole state read at seq, unless
 // the gate is followed at seq or later already; it reports whether it did.
-// deliverMu is held.
-func (s *Store) applySnapshot(gate string, snap session.GateSnapshot, seq int64) bool {
+// keepSettings leaves the listener's settings of the gate as they are
+// (the snapshot's did not decode). deliverMu is held.
+func (s *Store) applySnapshot(gate string, snap session.GateSnapshot, seq int64, keepSettings bool) bool {
 	if a, known := s.applied[gate]; known && a >= seq {
 		return false
 	}
 	s.applied[gate] = seq
 	s.resyncs.Add(1)
-	s.notifyListener(resyncCommit(gate, snap))
+	s.notifyListener(resyncCommit(gate, snap, keepSettings))
 	return true
 }
 
 // resyncCommit is the commit that hands the listener gate's whole state as
-// read from the tables: its counters, its active sessions, its settings.
-func resyncCommit(gate string, snap session.GateSnapshot) session.Commit {
-	return session.Commit{
-		Gates:    map[string]session.GateState{gate: snap.State},
-		Resync:   map[string]session.GateSnapshot{gate: snap},
-		Settings: map[string]*session.GateConfig{gate: snap.Settings},
+// read from the tables: its counters, its active sessions, its settings
+// (unless keepSettings).
+func resyncCommit(gate string, snap session.GateSnapshot, keepSettings bool) session.Commit {
+	c := session.Commit{
+		Gates:  map[string]session.GateState{gate: snap.State},
+		Resync: map[string]session.GateSnapshot{gate: snap},
 	}
+	if !keepSettings {
+		c.Settings = map[string]*session.GateConfig{gate: snap.Settings}
+	}
+	return c
 }
 
+// readSnapshot reads the gate's whole state in one snapshot, and the seq it
+// is at. Errors: a failed read; one wrapping errBadSettings when the
+// gate's settings do not decode, with the snapshot and seq read whole but
+// for them (snap.Settings nil).
 func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnapshot, int64, error) {
 	// Every caller holds deliverMu (resync, adoption): a connection that
 	// hangs must not stall the writer.
@@ -225,7 +248,11 @@ func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnap
 	if snap.State, err = state(ctx, tx, g); err != nil {
 		return snap, 0, err
 	}
-	if snap.Settings, err = readSettings(ctx, tx, gate); err != nil {
+	var bad error
+	if snap.Settings, err = readSettings(ctx, tx, gate); errors.Is(err, errBadSettings) {
+		bad, err = err, nil
+	}
+	if err != nil {
 		return snap, 0, err
 	}
 	rows, err := tx.Query(ctx, sqlActive, gate)
@@ -246,7 +273,10 @@ func readSnapshot(ctx context.Context, q querier, gate string) (session.GateSnap
 	if err := flushWAL(ctx, tx); err != nil {
 		return snap, 0, err
 	}
-	return snap, seq, tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return snap, 0, err
+	}
+	return snap, seq, bad
 }
 
 // listen opens the follower's own connection and LISTENs on it.
@@ -301,12 +331,13 @@ func (s *Store) resyncAll(ctx context.Context, c *pgx.Conn) bool {
 	defer s.deliverMu.Unlock()
 	for _, g := range sortedKeys(s.applied) {
 		snap, seq, err := readSnapshot(ctx, c, g)
-		if err != nil {
+		keep := s.damagedSettings(g, err)
+		if err != nil && !keep {
 			s.setUnready(fmt.Errorf("resync of gate %q failed: %w", g, err))
 			return false
 		}
 		delete(s.pending, g)
-		s.applySnapshot(g, snap, seq)
+		s.applySnapshot(g, snap, seq, keep)
 	}
 	if err := s.adoptGates(ctx, c); err != nil {
 		s.setUnready(fmt.Errorf("reading the gates added at runtime failed: %w", err))

@@ -178,3 +178,115 @@ func TestTheWritersCachesForgetRemovedGates(t *testing.T) {
 	assert.Equal(t, names[:1], held, "settings decoded for removed or forgotten gates")
 	assert.Equal(t, []string{names[0], names[4]}, events, "events decoded for removed gates")
 }
+
+// Stored events and settings that do not decode: the shared suite's tests
+// (sessiontest.RunDamagedRowSuite), the row rewritten by hand while the
+// store is closed.
+func TestDamagedRowSuite(t *testing.T) {
+	sessiontest.RunDamagedRowSuite(t, func(tb testing.TB) (func() session.Store, func(gate, id string)) {
+		url := pgtest.DB(tb)
+		ctx := context.Background()
+		open := func() session.Store {
+			s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(tb, err)
+			return s
+		}
+		damage := func(gate, id string) {
+			admin, err := pgx.Connect(ctx, url)
+			require.NoError(tb, err)
+			defer admin.Close(ctx)
+			stmt, args := `UPDATE anteroom_events SET event = '{"phase":"bogus"}' WHERE gate = $1 AND id = $2`, []any{gate, id}
+			if id == "" {
+				stmt, args = `UPDATE anteroom_gate_settings SET settings = '{"activeLimit":-4}' WHERE gate = $1`, []any{gate}
+			}
+			tag, err := admin.Exec(ctx, stmt, args...)
+			require.NoError(tb, err)
+			require.Equal(tb, int64(1), tag.RowsAffected())
+		}
+		return open, damage
+	})
+}
+
+// Events (what a Waitlist over this store reads again every few seconds)
+// reads the versions of the gate's rows and reads a row whole only when it
+// changed: a started launch's row holds its drawn line. A damaged row is
+// logged once per version and left out.
+func TestEventsReadEachRowOncePerChange(t *testing.T) {
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	logs := &sessiontest.LogBuffer{}
+	s, err := Open(ctx, url, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	admin, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+
+	pos := make([]int64, 50_000)
+	for i := range pos {
+		pos[i] = int64(1_000 + i)
+	}
+	ev := session.ScheduledEvent{Gate: "g", ID: "drop", PrequeueAt: sessiontest.Epoch.Add(-2 * time.Hour),
+		StartsAt: sessiontest.Epoch.Add(-time.Hour), Phase: session.EventStarted, FirstPosition: 1_000, Positions: pos,
+		Seed: make([]byte, session.LotterySeedSize), StartedAt: sessiontest.Epoch.Add(-time.Hour)}
+	raw, err := session.EncodeStoredEvent(ev)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, `INSERT INTO anteroom_events (gate, id, event) VALUES ('g', 'drop', $1), ('g', 'bad', '{"phase":"bogus"}')`, raw)
+	require.NoError(t, err)
+
+	list := func() []session.ScheduledEvent {
+		evs, err := s.Events(ctx, "g")
+		require.NoError(t, err)
+		return evs
+	}
+	for range 3 {
+		evs := list()
+		require.Len(t, evs, 1, "the damaged row is left out")
+		assert.Equal(t, pos, evs[0].Positions, "with its drawn line")
+	}
+	assert.Equal(t, int64(2), s.eventBodyReads.Load(), "each row read whole once, then known by its version")
+	assert.Equal(t, 1, strings.Count(logs.String(), "stored event is damaged"), "logged once per version: %s", logs)
+
+	_, err = admin.Exec(ctx, `UPDATE anteroom_events SET event = event WHERE gate = 'g' AND id = 'drop'`)
+	require.NoError(t, err)
+	require.Len(t, list(), 1)
+	assert.Equal(t, int64(3), s.eventBodyReads.Load(), "read again once its row changed, and only it")
+
+	_, err = admin.Exec(ctx, `UPDATE anteroom_events SET event = $1 WHERE gate = 'g' AND id = 'bad'`, raw)
+	require.NoError(t, err)
+	assert.Len(t, list(), 2, "a mended row comes back")
+
+	_, err = admin.Exec(ctx, `DELETE FROM anteroom_events WHERE gate = 'g'`)
+	require.NoError(t, err)
+	assert.Empty(t, list())
+	assert.Nil(t, s.readCache.of("g"), "the cache keeps only the events stored")
+}
+
+// BenchmarkEventsReloadOfALaunch is the reading of a gate's events a
+// Waitlist over this store repeats every few seconds, the gate holding a
+// started launch of a million entrants (its row about 8 MB).
+func BenchmarkEventsReloadOfALaunch(b *testing.B) {
+	url := pgtest.DB(b)
+	ctx := context.Background()
+	s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = s.Close() })
+	pos := make([]int64, 1_000_000)
+	for i := range pos {
+		pos[i] = int64(1_000_000 + i)
+	}
+	ev := session.ScheduledEvent{Gate: "g", ID: "drop", PrequeueAt: sessiontest.Epoch.Add(-2 * time.Hour),
+		StartsAt: sessiontest.Epoch.Add(-time.Hour), Phase: session.EventStarted, FirstPosition: 1_000_000, Positions: pos,
+		Seed: make([]byte, session.LotterySeedSize), StartedAt: sessiontest.Epoch.Add(-time.Hour)}
+	raw, err := session.EncodeStoredEvent(ev)
+	require.NoError(b, err)
+	_, err = s.pool.Exec(ctx, `INSERT INTO anteroom_events (gate, id, event) VALUES ('g', 'drop', $1)`, raw)
+	require.NoError(b, err)
+	b.ResetTimer()
+	for b.Loop() {
+		evs, err := s.Events(ctx, "g")
+		if err != nil || len(evs) != 1 || len(evs[0].Positions) != len(pos) {
+			b.Fatalf("events: %v, %d", err, len(evs))
+		}
+	}
+}

@@ -30,7 +30,7 @@ var _ session.GateRemover = (*Store)(nil)
 func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time.Time) error {
 	gate := cfg.Name
 	return s.eventOp(ctx, gate, func(ctx context.Context, b *batch, g *gateTx) error {
-		rows, err := b.tx.Query(ctx, sqlGateEvents, gate)
+		rows, err := b.tx.Query(ctx, sqlGateEventsNoLine, gate)
 		if err != nil {
 			return fmt.Errorf("read events of gate %q: %w", gate, err)
 		}
@@ -42,10 +42,12 @@ func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time
 				rows.Close()
 				return fmt.Errorf("read events of gate %q: %w", gate, err)
 			}
-			ev, err := session.DecodeStoredEvent(gate, id, raw)
-			if err != nil {
-				rows.Close()
-				return err
+			ev, damage := session.DecodeStoredEvent(gate, id, raw)
+			if damage != nil {
+				// Left out, as every decision leaves it out; deleted with
+				// the rest.
+				s.log.Warn("anteroom: a gate's stored event is damaged and left out", "gate", gate, "event", id, "err", damage)
+				continue
 			}
 			evs = append(evs, ev)
 		}

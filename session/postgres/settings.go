@@ -118,7 +118,8 @@ func (st storedSettings) config(gate string) (session.GateConfig, error) {
 	return c, nil
 }
 
-// allSettings reads every gate's persisted settings.
+// allSettings reads every gate's persisted settings; a row that does not
+// decode is logged and left out.
 func (s *Store) allSettings(ctx context.Context) (map[string]session.GateConfig, error) {
 	rows, err := s.pool.Query(ctx, sqlAllSettings)
 	if err != nil {
@@ -134,7 +135,10 @@ func (s *Store) allSettings(ctx context.Context) (map[string]session.GateConfig,
 		}
 		c, err := decodeSettings(gate, raw)
 		if err != nil {
-			return nil, session.Errorf(session.CodeInternal, "%w", err)
+			// As the writer's decisions do (heldConfig): the gate runs on
+			// the instance's own settings until they are saved or reset.
+			s.log.Warn("anteroom: a gate's stored runtime settings are damaged and left out; save or reset them", "gate", gate, "err", err)
+			continue
 		}
 		out[gate] = c
 	}

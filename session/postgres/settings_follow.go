@@ -233,7 +233,7 @@ func (s *Store) adoptGate(ctx context.Context, q querier, gate string) error {
 	if snap.Settings == nil {
 		return nil
 	}
-	if s.applySnapshot(gate, snap, seq) {
+	if s.applySnapshot(gate, snap, seq, false) {
 		s.log.Info("anteroom: following a gate added at runtime", "gate", gate, "seq", seq)
 	}
 	return nil

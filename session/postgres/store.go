@@ -167,7 +167,11 @@ type Store struct {
 	// by gate, id and row version (readHeldEvents).
 	heldEvents map[string]map[string]heldEvent
 	eventReads int64 // the events the writer read whole, for the tests
-	txs        atomic.Int64
+	// readCache is Events' decoding of the events by row version;
+	// eventBodyReads counts the rows it read whole, for the tests.
+	readCache      eventCache
+	eventBodyReads atomic.Int64
+	txs            atomic.Int64
 
 	noHistory bool // Options.DisableHistory
 	// async: the writer commits asynchronously, then flushes (durable.go);

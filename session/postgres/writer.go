@@ -1323,6 +1323,13 @@ func (s *Store) applyLoad(ctx context.Context, b *batch, o *op) error {
 		// The settings under the gate's lock, so that a change committed
 		// after the load reaches the listener and none before it does.
 		settings, err := readSettings(ctx, b.tx, name)
+		if errors.Is(err, errBadSettings) {
+			// Left out, as the decisions leave them out (heldConfig): the
+			// gate runs on the instance's own settings until they are
+			// saved or reset.
+			s.log.Warn("anteroom: a gate's stored runtime settings are damaged and left out; save or reset them", "gate", name, "err", err)
+			settings, err = nil, nil
+		}
 		if err != nil {
 			return err
 		}

@@ -49,20 +49,28 @@ func (s *Store) eventOp(ctx context.Context, gate string, fn func(b *batch, e *g
 }
 
 // storedEvent reads one event inside the writer's transaction, or nil.
-func (s *Store) storedEvent(gate, id string) (*session.ScheduledEvent, error) {
+// damage is DecodeStoredEvent's error for a row that does not decode (ev
+// is then nil); err, a failed read.
+func (s *Store) storedEvent(gate, id string) (ev *session.ScheduledEvent, damage, err error) {
 	var dest [1]driver.Value
 	found, err := s.wc.queryRow(s.wc.selectMeta, dest[:], eventKey(gate, id))
 	if err != nil {
-		return nil, fmt.Errorf("read event %q of gate %q: %w", id, gate, err)
+		return nil, nil, fmt.Errorf("read event %q of gate %q: %w", id, gate, err)
 	}
 	if !found {
-		return nil, nil
+		return nil, nil, nil
 	}
-	ev, err := session.DecodeStoredEvent(gate, id, asBytes(dest[0]))
-	if err != nil {
-		return nil, err
+	decoded, damage := session.DecodeStoredEvent(gate, id, asBytes(dest[0]))
+	if damage != nil {
+		return nil, damage, nil
 	}
-	return &ev, nil
+	return &decoded, nil, nil
+}
+
+// logDamagedEvent logs a stored event that does not decode, which the
+// reads leave out.
+func (s *Store) logDamagedEvent(gate string, damage error) {
+	s.log.Warn("anteroom: a gate's stored event is damaged and left out; delete it (its id is in the error) and schedule it again", "gate", gate, "err", damage)
 }
 
 func (s *Store) writeEvent(ev session.ScheduledEvent) error {
@@ -86,9 +94,12 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 	}
 	var saved session.ScheduledEvent
 	err := s.eventOp(ctx, ev.Gate, func(_ *batch, e *gateEntry) error {
-		stored, err := s.storedEvent(ev.Gate, ev.ID)
+		stored, damage, err := s.storedEvent(ev.Gate, ev.ID)
 		if err != nil {
 			return err
+		}
+		if damage != nil {
+			return session.EventDamaged(ev.Gate, ev.ID, damage)
 		}
 		next, err := session.MergeSaved(stored, ev)
 		if err != nil {
@@ -104,7 +115,8 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 	return saved, err
 }
 
-// DeleteEvent removes an event (session.CheckDelete decides). Errors: a
+// DeleteEvent removes an event (session.CheckDelete decides); one whose
+// row does not decode is deleted unchecked. Errors: a
 // session.CodeEventNotFound or CodeEventLocked error,
 // session.ErrInvalidArgument, session.ErrUnavailable after Close, the
 // context's error, a session.CodeInternal error on storage failure.
@@ -113,15 +125,20 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: delete event: id %q", id)
 	}
 	return s.eventOp(ctx, gate, func(_ *batch, e *gateEntry) error {
-		stored, err := s.storedEvent(gate, id)
+		stored, damage, err := s.storedEvent(gate, id)
 		if err != nil {
 			return err
 		}
-		if stored == nil {
+		switch {
+		case damage != nil:
+			// Left out of every decision already: nothing to check.
+			s.log.Warn("anteroom: deleting a damaged stored event", "gate", gate, "event", id, "err", damage)
+		case stored == nil:
 			return session.EventNotFound(gate, id)
-		}
-		if err := session.CheckDelete(*stored); err != nil {
-			return err
+		default:
+			if err := session.CheckDelete(*stored); err != nil {
+				return err
+			}
 		}
 		if _, err := s.wc.exec(s.wc.deleteMeta, eventKey(gate, id)); err != nil {
 			return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
@@ -131,10 +148,10 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 	})
 }
 
-// Events returns the gate's events, sorted by start, from the read pool.
-// Errors: session.ErrInvalidArgument, session.ErrUnavailable after Close, a
-// session.CodeInternal error on storage failure or an event that does not
-// decode.
+// Events returns the gate's events, sorted by start, from the read pool;
+// an event that does not decode is logged and left out. Errors:
+// session.ErrInvalidArgument, session.ErrUnavailable after Close, a
+// session.CodeInternal error on storage failure.
 func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEvent, error) {
 	if !session.ValidGateName(gate) {
 		return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: events: gate name %q", gate)
@@ -155,9 +172,10 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 		if err := rows.Scan(&key, &val); err != nil {
 			return nil, s.readErr("events", err)
 		}
-		ev, err := session.DecodeStoredEvent(gate, strings.TrimPrefix(key, lo), val)
-		if err != nil {
-			return nil, err
+		ev, damage := session.DecodeStoredEvent(gate, strings.TrimPrefix(key, lo), val)
+		if damage != nil {
+			s.logDamagedEvent(gate, damage)
+			continue
 		}
 		out = append(out, ev)
 	}
@@ -168,10 +186,11 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 	return out, nil
 }
 
-// eventsOf reads the gate's events inside the writer's transaction (Load);
-// one that does not decode is an error.
+// eventsOf reads the gate's events inside the writer's transaction (Load,
+// RemoveGate); one that does not decode is logged and left out, as every
+// decision leaves it out (storedEvents).
 func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
-	return s.readEvents(gate, func(err error) error { return err })
+	return s.readEvents(gate, func(damage error) { s.logDamagedEvent(gate, damage) })
 }
 
 // storedEvents reads the gate's events inside the writer's transaction,
@@ -179,10 +198,9 @@ func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
 // is megabytes), leaving out (and logging) those that do not decode:
 // damaged says some were. Errors: a failed read.
 func (s *Store) storedEvents(gate string) (evs []session.ScheduledEvent, damaged bool, err error) {
-	evs, err = s.readEvents(gate, func(err error) error {
+	evs, err = s.readEvents(gate, func(err error) {
 		s.log.Warn("anteroom: a gate's stored event is damaged; its ops decide with the instance's own settings", "gate", gate, "err", err)
 		damaged = true
-		return nil
 	})
 	for i := range evs {
 		evs[i].Positions = nil
@@ -213,9 +231,9 @@ func (e *gateEntry) dropEvent(id string) {
 }
 
 // readEvents reads the gate's events, sorted, inside the writer's
-// transaction; an event that does not decode goes to onDamaged, which
-// returns the error to fail with, or nil to leave the event out.
-func (s *Store) readEvents(gate string, onDamaged func(error) error) ([]session.ScheduledEvent, error) {
+// transaction; an event that does not decode goes to onDamaged and is
+// left out.
+func (s *Store) readEvents(gate string, onDamaged func(error)) ([]session.ScheduledEvent, error) {
 	lo, hi := eventRange(gate)
 	pc, ok := s.wc.c.(driver.ConnPrepareContext)
 	if !ok {
@@ -243,9 +261,7 @@ func (s *Store) readEvents(gate string, onDamaged func(error) error) ([]session.
 		}
 		ev, err := session.DecodeStoredEvent(gate, strings.TrimPrefix(asString(dest[0]), lo), asBytes(dest[1]))
 		if err != nil {
-			if err := onDamaged(err); err != nil {
-				return nil, err
-			}
+			onDamaged(err)
 			continue
 		}
 		out = append(out, ev)
@@ -271,9 +287,12 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 	var out session.ScheduledEvent
 	var changed bool
 	err := s.eventOp(ctx, gate, func(b *batch, e *gateEntry) error {
-		stored, err := s.storedEvent(gate, id)
+		stored, damage, err := s.storedEvent(gate, id)
 		if err != nil {
 			return err
+		}
+		if damage != nil {
+			return session.EventDamaged(gate, id, damage)
 		}
 		if stored == nil {
 			return session.EventNotFound(gate, id)

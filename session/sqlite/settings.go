@@ -150,7 +150,8 @@ func asBytes(v driver.Value) []byte {
 	return nil
 }
 
-// allSettings reads every gate's persisted settings inside the transaction.
+// allSettings reads every gate's persisted settings inside the
+// transaction; a row that does not decode is logged and left out.
 func (s *Store) allSettings() (map[string]session.GateConfig, error) {
 	rows, err := s.wc.query(s.wc.allSettings)
 	if err != nil {
@@ -170,7 +171,10 @@ func (s *Store) allSettings() (map[string]session.GateConfig, error) {
 		gate := asString(dest[0])
 		c, err := decodeSettings(gate, asBytes(dest[1]))
 		if err != nil {
-			return nil, err
+			// As the writer's decisions do (readStored): the gate runs on
+			// the instance's own settings until they are saved or reset.
+			s.log.Warn("anteroom: a gate's stored runtime settings are damaged and left out; save or reset them", "gate", gate, "err", err)
+			continue
 		}
 		out[gate] = c
 	}

@@ -217,3 +217,32 @@ func TestSettingsChangedMidUpdateSetItsCutoffs(t *testing.T) {
 		})
 	}
 }
+
+// Stored events and settings that do not decode: the shared suite's tests
+// (sessiontest.RunDamagedRowSuite), the row rewritten by hand while the
+// store is closed.
+func TestDamagedRowSuite(t *testing.T) {
+	sessiontest.RunDamagedRowSuite(t, func(tb testing.TB) (func() session.Store, func(gate, id string)) {
+		path := filepath.Join(tb.TempDir(), "anteroom.db")
+		open := func() session.Store {
+			s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(tb, err)
+			return s
+		}
+		damage := func(gate, id string) {
+			key, value := eventKey(gate, id), `{"phase":"bogus"}`
+			if id == "" {
+				key, value = settingsPrefix+gate, `{"activeLimit":-4}`
+			}
+			db, err := sqlOpen(path)
+			require.NoError(tb, err)
+			defer db.Close()
+			res, err := db.Exec(`UPDATE meta SET value = ? WHERE key = ?`, value, key)
+			require.NoError(tb, err)
+			n, err := res.RowsAffected()
+			require.NoError(tb, err)
+			require.Equal(tb, int64(1), n, "row %s", key)
+		}
+		return open, damage
+	})
+}
