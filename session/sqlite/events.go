@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -73,13 +74,21 @@ func (s *Store) logDamagedEvent(gate string, damage error) {
 	s.log.Warn("anteroom: a gate's stored event is damaged and left out; delete it (its id is in the error) and schedule it again", "gate", gate, "err", damage)
 }
 
+// writeEvent stores ev: its JSON, and its drawn line in a row of its own
+// (lines.go) when it has one. A line is written once, as the event starts;
+// an event written again without one keeps it.
 func (s *Store) writeEvent(ev session.ScheduledEvent) error {
-	b, err := session.EncodeStoredEvent(ev)
+	js, line, err := eventRow(ev)
 	if err != nil {
 		return err
 	}
-	if _, err := s.wc.exec(s.wc.insertMeta, eventKey(ev.Gate, ev.ID), b); err != nil {
+	if _, err := s.wc.exec(s.wc.insertMeta, eventKey(ev.Gate, ev.ID), js); err != nil {
 		return fmt.Errorf("save event %q of gate %q: %w", ev.ID, ev.Gate, err)
+	}
+	if line != nil {
+		if _, err := s.wc.exec(s.wc.insertMeta, lineKey(ev.Gate, ev.ID), line); err != nil {
+			return fmt.Errorf("save the drawn line of event %q of gate %q: %w", ev.ID, ev.Gate, err)
+		}
 	}
 	return nil
 }
@@ -140,8 +149,10 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 				return err
 			}
 		}
-		if _, err := s.wc.exec(s.wc.deleteMeta, eventKey(gate, id)); err != nil {
-			return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
+		for _, key := range []string{eventKey(gate, id), lineKey(gate, id)} {
+			if _, err := s.wc.exec(s.wc.deleteMeta, key); err != nil {
+				return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
+			}
 		}
 		e.dropEvent(id)
 		return nil
@@ -182,20 +193,49 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 	if err := rows.Err(); err != nil {
 		return nil, s.readErr("events", err)
 	}
+	out, err = withLines(out, func(key string) ([]byte, bool, error) {
+		var v []byte
+		err := s.readDB.QueryRowContext(ctx, sqlSelectMeta, key).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, false, nil
+		}
+		return v, err == nil, err
+	}, func(damage error) { s.logDamagedEvent(gate, damage) })
+	if err != nil {
+		return nil, s.readErr("events", err)
+	}
 	session.SortEvents(out)
 	return out, nil
 }
 
-// eventsOf reads the gate's events inside the writer's transaction (Load,
-// RemoveGate); one that does not decode is logged and left out, as every
-// decision leaves it out (storedEvents).
+// eventsOf reads the gate's events, with their drawn lines, inside the
+// writer's transaction (Load); one that does not decode is
+// logged and left out, as every decision leaves it out (storedEvents).
 func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
-	return s.readEvents(gate, func(damage error) { s.logDamagedEvent(gate, damage) })
+	onDamaged := func(damage error) { s.logDamagedEvent(gate, damage) }
+	evs, err := s.readEvents(gate, onDamaged)
+	if err != nil {
+		return nil, err
+	}
+	return withLines(evs, s.writerMeta, onDamaged)
+}
+
+// writerMeta reads a meta row inside the writer's transaction.
+func (s *Store) writerMeta(key string) ([]byte, bool, error) {
+	var dest [1]driver.Value
+	found, err := s.wc.queryRow(s.wc.selectMeta, dest[:], key)
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", key, err)
+	}
+	if !found {
+		return nil, false, nil
+	}
+	return asBytes(dest[0]), true, nil
 }
 
 // storedEvents reads the gate's events inside the writer's transaction,
 // without their drawn lines (decisions do not read them; a large launch's
-// is megabytes), leaving out (and logging) those that do not decode:
+// is megabytes, in a row of its own: lines.go), leaving out (and logging) those that do not decode:
 // damaged says some were. Errors: a failed read.
 func (s *Store) storedEvents(gate string) (evs []session.ScheduledEvent, damaged bool, err error) {
 	evs, err = s.readEvents(gate, func(err error) {
@@ -329,6 +369,17 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 				return err
 			}
 			e.setEvent(next)
+		} else if next.Phase == session.EventStarted && next.Positions == nil {
+			// Started before: as stored, with its drawn line.
+			var lineDamage error
+			evs, err := withLines([]session.ScheduledEvent{next}, s.writerMeta, func(d error) { lineDamage = d })
+			if err != nil {
+				return err
+			}
+			if lineDamage != nil {
+				return session.EventDamaged(gate, id, lineDamage)
+			}
+			next = evs[0]
 		}
 		out, changed = next, ch
 		return nil

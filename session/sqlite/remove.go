@@ -28,7 +28,7 @@ var _ session.GateRemover = (*Store)(nil)
 func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time.Time) error {
 	gate := cfg.Name
 	return s.eventOp(ctx, gate, func(_ *batch, e *gateEntry) error {
-		evs, err := s.eventsOf(gate)
+		evs, err := s.readEvents(gate, func(damage error) { s.logDamagedEvent(gate, damage) }) // no lines: the check needs none
 		if err != nil {
 			return err
 		}
@@ -36,8 +36,11 @@ func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time
 			return err
 		}
 		lo, hi := eventRange(gate)
-		if _, err := s.wc.adhocExec(sqlDeleteGateEvents, lo, hi); err != nil {
-			return fmt.Errorf("delete events of gate %q: %w", gate, err)
+		llo, lhi := lineRange(gate)
+		for _, r := range [][2]string{{lo, hi}, {llo, lhi}} {
+			if _, err := s.wc.adhocExec(sqlDeleteGateEvents, r[0], r[1]); err != nil {
+				return fmt.Errorf("delete events of gate %q: %w", gate, err)
+			}
 		}
 		if _, err := s.wc.adhocExec(sqlDeleteGateCodes, gate); err != nil {
 			return fmt.Errorf("delete codes of gate %q: %w", gate, err)

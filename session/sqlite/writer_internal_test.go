@@ -19,7 +19,7 @@ import (
 
 var epoch = sessiontest.Epoch
 
-func openInternal(t *testing.T) *Store {
+func openInternal(t testing.TB) *Store {
 	t.Helper()
 	s, err := Open(filepath.Join(t.TempDir(), "w.db"), Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)

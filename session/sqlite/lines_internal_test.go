@@ -1,0 +1,214 @@
+package sqlite
+
+// A started launch's drawn line in a row of its own (lines.go): its codec
+// against hostile bytes, and who reads it.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
+)
+
+func TestDrawnLineCodec(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, n := range []int{0, 1, 2, 100, 10_000} {
+		line := make([]int64, n)
+		p := int64(rng.IntN(1 << 20))
+		for i := range line {
+			p += 1 + int64(rng.IntN(1<<uint(rng.IntN(40))))
+			line[i] = p
+		}
+		got, err := decodeLine(encodeLine(line))
+		require.NoError(t, err, "n=%d", n)
+		assert.Equal(t, line, got, "n=%d", n)
+	}
+	got, err := decodeLine(encodeLine([]int64{1, math.MaxInt64}))
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1, math.MaxInt64}, got, "the largest position")
+
+	good := encodeLine([]int64{5, 6, 9})
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"another format", append([]byte{2}, good[1:]...)},
+		{"a JSON array", []byte("[5,6,9]")},
+		{"truncated", good[:len(good)-1]},
+		{"bytes past its end", append(append([]byte{}, good...), 0)},
+		{"a count the bytes cannot hold", []byte{lineFormat, 0xff, 0xff, 0xff, 0xff, 0x0f, 1}},
+		{"a step of 0", []byte{lineFormat, 2, 5, 0}},
+		{"past int64", []byte{lineFormat, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 2}},
+		{"a varint past 64 bits", []byte{lineFormat, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}},
+	} {
+		_, err := decodeLine(tc.b)
+		assert.ErrorIs(t, err, errLine, tc.name)
+	}
+}
+
+func FuzzDecodeLine(f *testing.F) {
+	f.Add(encodeLine([]int64{1, 2, 3}))
+	f.Add([]byte{lineFormat, 0})
+	f.Add([]byte{lineFormat, 0xff, 0xff, 0x03})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		line, err := decodeLine(b)
+		if err != nil {
+			return
+		}
+		for i := 1; i < len(line); i++ {
+			if line[i] <= line[i-1] {
+				t.Fatalf("decoded a line that does not ascend: %v", line)
+			}
+		}
+		// Overlong varints decode too (binary.Uvarint takes them); what
+		// they decode to comes back through the codec unchanged.
+		again, err := decodeLine(encodeLine(line))
+		if err != nil || len(again) != len(line) {
+			t.Fatalf("decodes to %v, which does not come back: %v, %v", line, again, err)
+		}
+		for i := range line {
+			if again[i] != line[i] {
+				t.Fatalf("decodes to %v, which comes back as %v", line, again)
+			}
+		}
+	})
+}
+
+// startLaunch runs a launch of gate "default" with n entrants in its
+// pre-queue on s and returns it as started.
+func startLaunch(t *testing.T, s *Store, n int) session.ScheduledEvent {
+	t.Helper()
+	ctx, cfg := context.Background(), sessiontest.GateConfig("default", 1)
+	ev := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: epoch.Add(time.Minute),
+		StartsAt: epoch.Add(2 * time.Minute), Shuffle: true, Seed: make([]byte, session.LotterySeedSize)}
+	_, err := s.SaveEvent(ctx, ev)
+	require.NoError(t, err)
+	_, _, err = s.AdvanceEvent(ctx, "default", "drop", ev.PrequeueAt)
+	require.NoError(t, err)
+	for i := range n {
+		_, err := s.Join(ctx, cfg, fmt.Sprint("entrant-", i), ev.PrequeueAt)
+		require.NoError(t, err)
+	}
+	started, changed, err := s.AdvanceEvent(ctx, "default", "drop", ev.StartsAt)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, session.EventStarted, started.Phase)
+	require.Len(t, started.Positions, n)
+	return started
+}
+
+// The line is written in its own row, read back by Load and Events, and
+// never by the writer's decisions: with the line's row damaged, the gate's
+// ops go on as before (no warning from the writer), while Load and Events
+// leave the event out and say why. Deleting the event deletes its line.
+func TestTheDrawnLineHasARowOfItsOwn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l.db")
+	logs := &sessiontest.LogBuffer{}
+	open := func() *Store {
+		s, err := Open(path, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		require.NoError(t, err)
+		return s
+	}
+	s := open()
+	started := startLaunch(t, s, 40)
+	ctx, cfg := context.Background(), sessiontest.GateConfig("default", 1)
+	var js []byte
+	require.NoError(t, s.readDB.QueryRow(sqlSelectMeta, eventKey("default", "drop")).Scan(&js))
+	assert.NotContains(t, string(js), "positions", "the event's JSON has no line")
+	evs, err := s.Events(ctx, "default")
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	assert.Equal(t, started.Positions, evs[0].Positions)
+	require.NoError(t, s.Close())
+
+	s = open()
+	snaps, err := s.Load(ctx, []string{"default"})
+	require.NoError(t, err)
+	require.Len(t, snaps["default"].Events, 1)
+	assert.Equal(t, started.Positions, snaps["default"].Events[0].Positions, "Load reads the line")
+	require.NoError(t, s.Close())
+
+	rawExec(t, path, `UPDATE meta SET value = x'01ff' WHERE key = '`+lineKey("default", "drop")+`'`)
+	s = open()
+	t.Cleanup(func() { _ = s.Close() })
+	_, err = s.Join(ctx, cfg, "after", started.StartsAt)
+	require.NoError(t, err)
+	_, err = s.Update(ctx, cfg, started.StartsAt, 0)
+	require.NoError(t, err)
+	assert.NotContains(t, logs.String(), "decide with the instance's own settings", "the writer never reads the line")
+	snaps, err = s.Load(ctx, []string{"default"})
+	require.NoError(t, err)
+	assert.Empty(t, snaps["default"].Events, "an event whose line does not decode is left out")
+	evs, err = s.Events(ctx, "default")
+	require.NoError(t, err)
+	assert.Empty(t, evs)
+	assert.Contains(t, logs.String(), "drawn line does not decode")
+
+	require.NoError(t, s.DeleteEvent(ctx, "default", "drop"))
+	var n int
+	require.NoError(t, s.readDB.QueryRow(`SELECT count(*) FROM meta WHERE key LIKE 'gate_event%'`).Scan(&n))
+	assert.Zero(t, n, "the event and its line are gone")
+}
+
+// RemoveGate deletes the gate's lines with its events, and no other
+// gate's: the line keys of gate "a" and of gate "a-b" share a prefix.
+func TestRemoveGateDeletesItsLines(t *testing.T) {
+	s := openInternal(t)
+	ctx := context.Background()
+	for _, g := range []string{"a", "a-b", "a0"} {
+		ev := session.ScheduledEvent{Gate: g, ID: "drop", PrequeueAt: epoch.Add(-2 * time.Hour), StartsAt: epoch.Add(-time.Hour),
+			Phase: session.EventStarted, FirstPosition: 1, Positions: []int64{1, 2, 3}, Seed: make([]byte, session.LotterySeedSize),
+			StartedAt: epoch.Add(-time.Hour)}
+		require.NoError(t, s.eventOp(ctx, g, func(*batch, *gateEntry) error { return s.writeEvent(ev) }))
+	}
+	closed := sessiontest.GateConfig("a", 1)
+	closed.Mode = session.ModeReject
+	require.NoError(t, s.RemoveGate(ctx, closed, epoch))
+	rows, err := s.readDB.Query(`SELECT key FROM meta WHERE key LIKE 'gate_event%' ORDER BY key`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		require.NoError(t, rows.Scan(&k))
+		keys = append(keys, k)
+	}
+	assert.Equal(t, []string{"gate_event_lines/a-b/drop", "gate_event_lines/a0/drop", "gate_events/a-b/drop", "gate_events/a0/drop"}, keys)
+}
+
+// An event written before the line had its own row keeps its line in its
+// JSON, and reads as it is.
+func TestALineInTheEventsJSONStillReads(t *testing.T) {
+	s := openInternal(t)
+	ctx := context.Background()
+	ev := session.ScheduledEvent{Gate: "default", ID: "old", PrequeueAt: epoch.Add(-2 * time.Hour), StartsAt: epoch.Add(-time.Hour),
+		Phase: session.EventStarted, FirstPosition: 1, Positions: []int64{1, 4, 9}, Seed: make([]byte, session.LotterySeedSize),
+		StartedAt: epoch.Add(-time.Hour)}
+	raw, err := session.EncodeStoredEvent(ev)
+	require.NoError(t, err)
+	require.True(t, strings.Contains(string(raw), `"positions":[1,4,9]`))
+	require.NoError(t, s.eventOp(ctx, "default", func(*batch, *gateEntry) error {
+		_, err := s.wc.exec(s.wc.insertMeta, eventKey("default", "old"), raw)
+		return err
+	}))
+	evs, err := s.Events(ctx, "default")
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	assert.Equal(t, ev.Positions, evs[0].Positions)
+	snaps, err := s.Load(ctx, []string{"default"})
+	require.NoError(t, err)
+	require.Len(t, snaps["default"].Events, 1)
+	assert.Equal(t, ev.Positions, snaps["default"].Events[0].Positions)
+}
