@@ -278,9 +278,16 @@ func (e ScheduledEvent) Due(now time.Time) bool {
 // (its caller read the configuration just before PrequeueAt, or its
 // instance's clock lags): a join into free slots, or a release's
 // promotion, would otherwise let someone in ahead of the draw. The Stores
-// apply it under the gate's lock, to every op that decides.
-func PrequeueHold(cfg GateConfig, stored []ScheduledEvent) GateConfig {
+// apply it under the gate's lock, to every op that decides. damaged says
+// the gate also has a stored event that does not decode and may be a
+// pre-queue (DamagedEventHolds): it holds the gate the same way, until it
+// is deleted.
+func PrequeueHold(cfg GateConfig, stored []ScheduledEvent, damaged bool) GateConfig {
 	if !cfg.Mode.Admits() {
+		return cfg
+	}
+	if damaged {
+		cfg.Mode = ModeQueueAll
 		return cfg
 	}
 	for _, e := range stored {

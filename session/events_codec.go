@@ -89,3 +89,19 @@ func DecodeStoredEvent(gate, id string, b []byte) (ScheduledEvent, error) {
 func EventDamaged(gate, id string, damage error) error {
 	return Errorf(CodeEventLocked, "event %q of gate %q is damaged in storage (%v): delete it, then schedule it again", id, gate, damage)
 }
+
+// DamagedEventHolds reports whether a stored event whose row does not
+// decode (raw, its stored bytes) holds its gate (PrequeueHold): unless its
+// phase still reads as started, it may be a pre-queue that is open, or
+// due to open, and an op that let anyone in could put them ahead of its
+// draw, which cannot run. Its gate admits nobody new until the event is
+// deleted; a started event's damage only loses its overrides.
+func DamagedEventHolds(raw []byte) bool {
+	var peek struct {
+		Phase EventPhase `json:"phase"`
+	}
+	if json.Unmarshal(raw, &peek) != nil {
+		return true
+	}
+	return peek.Phase != EventStarted
+}

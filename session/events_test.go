@@ -195,27 +195,52 @@ func TestStoredEventRoundTrip(t *testing.T) {
 	}
 }
 
+func TestDamagedEventHoldsUnlessItReadsAsStarted(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		want bool
+	}{
+		{`{"phase":"started","startsAt":"soon"}`, false},
+		{`{"phase":"prequeue","seed":"zz"}`, true},
+		{`{"phase":"scheduled","startsAt":-1}`, true},
+		{`{"phase":"paused"}`, true},
+		{`{"phase":7}`, true},
+		{`{}`, true},
+		{`null`, true},
+		{`"off"`, true},
+		{`[{"phase":"started"}]`, true},
+		{`not json`, true},
+		{``, true},
+	} {
+		assert.Equal(t, c.want, session.DamagedEventHolds([]byte(c.raw)), c.raw)
+	}
+}
+
 func TestPrequeueHoldQueuesAnAdmittingGateWhileAPrequeueIsOpen(t *testing.T) {
 	ev := func(phase session.EventPhase) session.ScheduledEvent {
 		return session.ScheduledEvent{Phase: phase, FirstPosition: 10}
 	}
 	open := []session.ScheduledEvent{ev(session.EventStarted), ev(session.EventPrequeue)}
 	for _, c := range []struct {
-		name   string
-		mode   session.Mode
-		stored []session.ScheduledEvent
-		want   session.Mode
+		name    string
+		mode    session.Mode
+		stored  []session.ScheduledEvent
+		damaged bool
+		want    session.Mode
 	}{
-		{"no events", session.ModeOpen, nil, session.ModeOpen},
-		{"scheduled", session.ModeOpen, []session.ScheduledEvent{ev(session.EventScheduled)}, session.ModeOpen},
-		{"started", "", []session.ScheduledEvent{ev(session.EventStarted)}, ""},
-		{"open, pre-queue open", session.ModeOpen, open, session.ModeQueueAll},
-		{"default mode, pre-queue open", "", open, session.ModeQueueAll},
-		{"queue_all, pre-queue open", session.ModeQueueAll, open, session.ModeQueueAll},
-		{"reject, pre-queue open", session.ModeReject, open, session.ModeReject},
+		{"no events", session.ModeOpen, nil, false, session.ModeOpen},
+		{"a damaged event", session.ModeOpen, nil, true, session.ModeQueueAll},
+		{"a damaged event beside a started one", "", []session.ScheduledEvent{ev(session.EventStarted)}, true, session.ModeQueueAll},
+		{"reject, a damaged event", session.ModeReject, nil, true, session.ModeReject},
+		{"scheduled", session.ModeOpen, []session.ScheduledEvent{ev(session.EventScheduled)}, false, session.ModeOpen},
+		{"started", "", []session.ScheduledEvent{ev(session.EventStarted)}, false, ""},
+		{"open, pre-queue open", session.ModeOpen, open, false, session.ModeQueueAll},
+		{"default mode, pre-queue open", "", open, false, session.ModeQueueAll},
+		{"queue_all, pre-queue open", session.ModeQueueAll, open, false, session.ModeQueueAll},
+		{"reject, pre-queue open", session.ModeReject, open, false, session.ModeReject},
 	} {
 		cfg := session.GateConfig{Name: "g", ActiveLimit: 5, Mode: c.mode}
-		got := session.PrequeueHold(cfg, c.stored)
+		got := session.PrequeueHold(cfg, c.stored, c.damaged)
 		assert.Equal(t, c.want, got.Mode, c.name)
 		assert.Equal(t, int64(5), got.ActiveLimit, c.name)
 		if c.want == session.ModeQueueAll {

@@ -129,11 +129,34 @@ func TestRunStartsOverDamagedStoredRows(t *testing.T) {
 	assert.Contains(t, r.log.String(), "stored event is damaged")
 	assert.Contains(t, r.log.String(), "stored runtime settings are damaged")
 
+	join := func(cookie string) (string, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, "http://"+r.addr+"/anteroom/api/join", nil)
+		require.NoError(t, err)
+		if cookie != "" {
+			req.Header.Set("Cookie", cookie)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var v map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+		if c := resp.Cookies(); len(c) == 1 {
+			cookie = c[0].Name + "=" + c[0].Value
+		}
+		return v["status"].(string), cookie
+	}
+	joined, first := join("")
+	assert.Equal(t, "waiting", joined, "the damaged event may be an open pre-queue: the gate admits nobody new")
+
 	code, v = admin(r.addr, http.MethodPost, "gates/default/events", event("bad", 3*time.Hour))
 	assert.Equal(t, http.StatusConflict, code, "its id is taken by the damaged row: %v", v)
 	assert.Contains(t, fmt.Sprint(v), "event_locked")
 	code, _ = admin(r.addr, http.MethodDelete, "gates/default/events/bad", "")
 	require.Equal(t, http.StatusNoContent, code)
+	require.Eventually(t, func() bool { status, _ := join(first); return status == "active" }, 20*time.Second, 100*time.Millisecond,
+		"deleted: the update lets the waiter in")
 	code, v = admin(r.addr, http.MethodPost, "gates/default/events", event("bad", 3*time.Hour))
 	require.Equal(t, http.StatusCreated, code, v)
 	code, v = admin(r.addr, http.MethodPatch, "gates/default", `{"activeLimit":5}`)

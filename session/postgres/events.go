@@ -20,7 +20,11 @@ import (
 const (
 	// sqlGateEventsNoLine reads the gate's events without their drawn
 	// lines (RemoveGate's check needs none; a large launch's is megabytes).
-	sqlGateEventsNoLine = `SELECT id, event - 'positions' FROM anteroom_events WHERE gate = $1`
+	sqlGateEventsNoLine = `SELECT id, ` + eventNoLine + ` FROM anteroom_events WHERE gate = $1`
+	// eventNoLine is an event row's JSON without its drawn line; a row
+	// that is not an object (damaged) as it is ('-' fails on a scalar, and
+	// a damaged row must not fail the transaction that reads it).
+	eventNoLine = `CASE jsonb_typeof(event) WHEN 'object' THEN event - 'positions' ELSE event END`
 	// The read side's (Events): the versions of the gate's rows, then the
 	// rows it has not decoded in their version.
 	sqlGateEventVersions = `SELECT id, xmin::text FROM anteroom_events WHERE gate = $1`
@@ -139,6 +143,18 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 			return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
 		}
 		g.scheduled = slices.DeleteFunc(g.scheduled, func(e session.ScheduledEvent) bool { return e.ID == id })
+		if damage != nil {
+			// The batch's later ops: whether another damaged event holds
+			// the gate (the writer's cache of its versions, read at the
+			// lock). Its runtime settings stay dropped for the batch.
+			delete(s.heldEvents[gate], id)
+			g.damagedEvents, g.damagedHold = false, false
+			for _, h := range s.heldEvents[gate] {
+				if h.ev == nil {
+					g.damagedEvents, g.damagedHold = true, g.damagedHold || h.hold
+				}
+			}
+		}
 		return nil
 	})
 }
@@ -182,7 +198,7 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 			return nil, storageErr("read events", err)
 		}
 	}
-	s.readCache.set(gate, next)
+	s.readCache.set(gate, next, time.Now())
 	out := make([]session.ScheduledEvent, 0, len(next))
 	for _, h := range next {
 		if h.ev != nil {
@@ -238,30 +254,47 @@ func (s *Store) readChangedEvents(ctx context.Context, gate string, ids []string
 }
 
 // eventCache is the read side's decoding of the gates' events, by gate, id
-// and row version (Events). Its maps are replaced, never changed.
+// and row version (Events). Its maps are replaced, never changed. A gate
+// that Events has not been asked for in eventCacheIdle is forgotten (a
+// gate removed, here or on another instance: nobody asks for it again).
 type eventCache struct {
 	mu     sync.Mutex
-	byGate map[string]map[string]heldEvent
+	byGate map[string]cachedEvents
 }
+
+type cachedEvents struct {
+	evs  map[string]heldEvent
+	used time.Time
+}
+
+// eventCacheIdle is how long the read side keeps the events of a gate
+// nobody asks for; a Waitlist asks for each of its gates every 2 s.
+const eventCacheIdle = time.Minute
 
 func (c *eventCache) of(gate string) map[string]heldEvent {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.byGate[gate]
+	return c.byGate[gate].evs
 }
 
-// set keeps evs as the gate's, or forgets the gate when it has none.
-func (c *eventCache) set(gate string, evs map[string]heldEvent) {
+// set keeps evs as the gate's, or forgets the gate when it has none, and
+// forgets the gates not asked for since eventCacheIdle before now.
+func (c *eventCache) set(gate string, evs map[string]heldEvent, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for name, ce := range c.byGate {
+		if now.Sub(ce.used) > eventCacheIdle {
+			delete(c.byGate, name)
+		}
+	}
 	if len(evs) == 0 {
 		delete(c.byGate, gate)
 		return
 	}
 	if c.byGate == nil {
-		c.byGate = map[string]map[string]heldEvent{}
+		c.byGate = map[string]cachedEvents{}
 	}
-	c.byGate[gate] = evs
+	c.byGate[gate] = cachedEvents{evs: evs, used: now}
 }
 
 // loadEvents adds each gate's events to its snapshot (Load).

@@ -183,7 +183,7 @@ func TestTheWritersCachesForgetRemovedGates(t *testing.T) {
 // (sessiontest.RunDamagedRowSuite), the row rewritten by hand while the
 // store is closed.
 func TestDamagedRowSuite(t *testing.T) {
-	sessiontest.RunDamagedRowSuite(t, func(tb testing.TB) (func() session.Store, func(gate, id string)) {
+	sessiontest.RunDamagedRowSuite(t, func(tb testing.TB) (func() session.Store, func(gate, id, value string)) {
 		url := pgtest.DB(tb)
 		ctx := context.Background()
 		open := func() session.Store {
@@ -191,13 +191,13 @@ func TestDamagedRowSuite(t *testing.T) {
 			require.NoError(tb, err)
 			return s
 		}
-		damage := func(gate, id string) {
+		damage := func(gate, id, value string) {
 			admin, err := pgx.Connect(ctx, url)
 			require.NoError(tb, err)
 			defer admin.Close(ctx)
-			stmt, args := `UPDATE anteroom_events SET event = '{"phase":"bogus"}' WHERE gate = $1 AND id = $2`, []any{gate, id}
+			stmt, args := `UPDATE anteroom_events SET event = $3 WHERE gate = $1 AND id = $2`, []any{gate, id, value}
 			if id == "" {
-				stmt, args = `UPDATE anteroom_gate_settings SET settings = '{"activeLimit":-4}' WHERE gate = $1`, []any{gate}
+				stmt, args = `UPDATE anteroom_gate_settings SET settings = $2 WHERE gate = $1`, []any{gate, value}
 			}
 			tag, err := admin.Exec(ctx, stmt, args...)
 			require.NoError(tb, err)
@@ -289,4 +289,37 @@ func BenchmarkEventsReloadOfALaunch(b *testing.B) {
 			b.Fatalf("events: %v, %d", err, len(evs))
 		}
 	}
+}
+
+// Events' cache forgets a gate nobody asked for in eventCacheIdle (a gate
+// removed on another instance), and RemoveGate forgets its gate at once.
+func TestEventsCacheForgetsGates(t *testing.T) {
+	var c eventCache
+	t0 := sessiontest.Epoch
+	one := map[string]heldEvent{"e": {xmin: "1"}}
+	c.set("a", one, t0)
+	c.set("b", one, t0.Add(eventCacheIdle/2))
+	assert.NotNil(t, c.of("a"))
+	c.set("b", one, t0.Add(eventCacheIdle+time.Second))
+	assert.Nil(t, c.of("a"), "not asked for since eventCacheIdle")
+	assert.NotNil(t, c.of("b"))
+	c.set("b", nil, t0.Add(eventCacheIdle+2*time.Second))
+	assert.Nil(t, c.of("b"), "no events")
+
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	cfg := sessiontest.GateConfig("g", 10)
+	_, err = s.SaveEvent(ctx, session.ScheduledEvent{Gate: "g", ID: "later", PrequeueAt: sessiontest.Epoch.Add(time.Hour),
+		StartsAt: sessiontest.Epoch.Add(2 * time.Hour), Seed: make([]byte, session.LotterySeedSize)})
+	require.NoError(t, err)
+	evs, err := s.Events(ctx, "g")
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.NotNil(t, s.readCache.of("g"))
+	cfg.Mode = session.ModeReject
+	require.NoError(t, s.RemoveGate(ctx, cfg, sessiontest.Epoch))
+	assert.Nil(t, s.readCache.of("g"))
 }

@@ -69,7 +69,9 @@ func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time
 		// read again at the next lock).
 		delete(s.held, gate)
 		delete(s.heldEvents, gate)
-		g.scheduled, g.damagedEvents = nil, false // for the batch's later ops
+		s.readCache.set(gate, nil, time.Now()) // and Events' decodings
+
+		g.scheduled, g.damagedEvents, g.damagedHold = nil, false, false // for the batch's later ops
 		return s.applySettings(ctx, b, &op{kind: opSettings, ctx: ctx, cfg: session.GateConfig{Name: gate}})
 	})
 }

@@ -112,7 +112,7 @@ const (
 	// (sqlHeldEvent, without the line) only when the row changed
 	// (Store.heldEvents).
 	sqlHeldEvents = `SELECT e.gate, e.id, e.xmin::text FROM anteroom_events e WHERE e.gate = ANY($1)`
-	sqlHeldEvent  = `SELECT xmin::text, event - 'positions' FROM anteroom_events WHERE gate = $1 AND id = $2`
+	sqlHeldEvent  = `SELECT xmin::text, ` + eventNoLine + ` FROM anteroom_events WHERE gate = $1 AND id = $2`
 	sqlSaveGate   = `UPDATE anteroom_gates SET next_position = $2, active = $3, waiting = $4, seq = $5, pace_tokens = $6, pace_at = $7 WHERE name = $1`
 	// A row already at the seq can only be a stray (a restore of the gates
 	// older than the outbox, a hand edit): the gate's lock makes this
@@ -191,9 +191,11 @@ type gateTx struct {
 	// scheduled are the gate's scheduled events as stored, read with held,
 	// and as the batch's event ops change them; damagedEvents: one
 	// of them does not decode, and the batch decides with the ops'
-	// configuration.
+	// configuration; damagedHold: such an event may be a pre-queue, and
+	// holds the gate (session.DamagedEventHolds).
 	scheduled     []session.ScheduledEvent
 	damagedEvents bool
+	damagedHold   bool
 	// settingsRow: the gate had a settings row at its lock (held is nil
 	// for one that does not decode).
 	settingsRow bool
@@ -1384,7 +1386,7 @@ func decidedWith(b *batch, o *op) {
 		if g.held != nil {
 			o.cfg = session.EventConfig(*g.held, g.scheduled, o.now)
 		}
-		o.cfg = session.PrequeueHold(o.cfg, g.scheduled)
+		o.cfg = session.PrequeueHold(o.cfg, g.scheduled, g.damagedHold)
 	}
 }
 
@@ -1395,6 +1397,7 @@ type eventVersion struct{ gate, id, xmin string }
 type heldEvent struct {
 	xmin string
 	ev   *session.ScheduledEvent
+	hold bool // damaged, and holds its gate (session.DamagedEventHolds)
 }
 
 // readHeldEvents reads the versions of the locked gates' events
@@ -1455,7 +1458,9 @@ func (s *Store) fetchHeldEvents(ctx context.Context, b *batch, stale []eventVers
 		s.eventReads++
 		h := heldEvent{xmin: xmin}
 		if ev, err := session.DecodeStoredEvent(v.gate, v.id, raw); err != nil {
-			s.log.Warn("anteroom: a gate's stored event is damaged; its gate decides with the instance's own settings", "gate", v.gate, "event", v.id, "err", err)
+			h.hold = session.DamagedEventHolds(raw)
+			s.log.Warn("anteroom: a gate's stored event is damaged; its gate decides with the instance's own settings, and admits nobody new unless the event still reads as started: delete it",
+				"gate", v.gate, "event", v.id, "holds", h.hold, "err", err)
 		} else {
 			h.ev = &ev
 		}
@@ -1468,6 +1473,7 @@ func (s *Store) fetchHeldEvents(ctx context.Context, b *batch, stale []eventVers
 		for _, h := range s.heldEvents[name] {
 			if h.ev == nil {
 				g.held, g.damagedEvents = nil, true
+				g.damagedHold = g.damagedHold || h.hold
 				continue
 			}
 			g.scheduled = append(g.scheduled, *h.ev)

@@ -12,31 +12,36 @@ import (
 
 // DamageOpener is an Opener that also returns the function that damages a
 // stored row in place, so that it no longer decodes (as a newer version's
-// row, or an edit by hand, would read): the gate's event id, or with id
-// empty the gate's runtime settings. The suite calls damage while the
-// Store is closed.
-type DamageOpener func(tb testing.TB) (open func() session.Store, damage func(gate, id string))
+// row, or an edit by hand, would read): it sets the gate's event id, or
+// with id empty the gate's runtime settings, to value (always valid JSON,
+// which a Store may keep as JSON). The suite calls damage while the Store
+// is closed.
+type DamageOpener func(tb testing.TB) (open func() session.Store, damage func(gate, id, value string))
 
 // RunDamagedRowSuite runs the tests of stored events and runtime settings
 // that do not decode, which every Store must pass.
 func RunDamagedRowSuite(t *testing.T, open DamageOpener) {
 	t.Run("Event", func(t *testing.T) { testDamagedEvent(t, open) })
+	t.Run("EventHolds", func(t *testing.T) { testDamagedEventHolds(t, open) })
 	t.Run("Settings", func(t *testing.T) { testDamagedSettings(t, open) })
 }
 
+// damagedEvent is the JSON of an event of an unknown phase.
+const damagedEvent = `{"phase":"bogus"}`
+
 // newDamageHarness is newHarness over a DamageOpener, and the function
 // that restarts the Store with a row damaged meanwhile.
-func newDamageHarness(t *testing.T, open DamageOpener) (*harness, func(id string)) {
-	var damage func(gate, id string)
+func newDamageHarness(t *testing.T, open DamageOpener) (*harness, func(id, value string)) {
+	var damage func(gate, id, value string)
 	h := newHarness(t, func(tb testing.TB) func() session.Store {
 		o, d := open(tb)
 		damage = d
 		return o
 	})
-	return h, func(id string) {
+	return h, func(id, value string) {
 		t.Helper()
 		require.NoError(t, h.store.Close())
-		damage(gateName, id)
+		damage(gateName, id, value)
 		h.store = h.openStore()
 	}
 }
@@ -67,14 +72,14 @@ func testDamagedEvent(t *testing.T, open DamageOpener) {
 		_, err := h.store.SaveEvent(h.ctx, ev)
 		require.NoError(t, err)
 	}
-	restartDamaging("bad")
+	restartDamaging("bad", damagedEvent)
 
 	assert.Equal(t, []string{"keep"}, ids(h.snapshot(gateName).Events), "Load leaves the damaged event out")
 	assert.Equal(t, []string{"keep"}, events())
 	cfg := GateConfig(gateName, 5)
 	s, err := h.store.Join(h.ctx, cfg, "s1", Epoch)
 	require.NoError(t, err, "the gate works beside a damaged event")
-	assert.Equal(t, session.StatusActive, s.Status)
+	assert.Equal(t, session.StatusWaiting, s.Status, "held: the damaged event may be a pre-queue (testDamagedEventHolds)")
 
 	locked := &session.Error{Code: session.CodeEventLocked}
 	_, err = h.store.SaveEvent(h.ctx, bad)
@@ -88,7 +93,7 @@ func testDamagedEvent(t *testing.T, open DamageOpener) {
 	require.NoError(t, err, "and scheduled again")
 	assert.Equal(t, []string{"keep", "bad"}, events())
 
-	restartDamaging("keep")
+	restartDamaging("keep", damagedEvent)
 	w := h.waitlist(cfg)
 	got, err := w.Events(gateName)
 	require.NoError(t, err)
@@ -108,7 +113,7 @@ func testDamagedSettings(t *testing.T, open DamageOpener) {
 	cfg := GateConfig(gateName, 3)
 	held := GateConfig(gateName, 1)
 	require.NoError(t, h.store.SaveGateSettings(h.ctx, gateName, &held))
-	restartDamaging("")
+	restartDamaging("", `{"activeLimit":-4}`)
 
 	assert.Nil(t, h.snapshot(gateName).Settings, "Load leaves the damaged settings out")
 	for _, id := range []string{"s1", "s2"} {
@@ -125,10 +130,76 @@ func testDamagedSettings(t *testing.T, open DamageOpener) {
 	require.NotNil(t, got)
 	assert.Equal(t, int64(1), got.ActiveLimit)
 
-	restartDamaging("")
+	restartDamaging("", `{"activeLimit":-4}`)
 	require.NoError(t, h.store.SaveGateSettings(h.ctx, gateName, nil), "a reset deletes the damaged row")
 	h.reopen()
 	assert.Nil(t, h.snapshot(gateName).Settings)
 	w := h.waitlist(cfg)
 	assert.NotNil(t, w, "a Waitlist starts")
+}
+
+// A damaged event that may be a pre-queue (its phase does not read as
+// started) holds its gate as an open pre-queue does: nobody joins into a
+// free slot, nobody is promoted, until it is deleted; its draw cannot run,
+// and letting anyone in could put them ahead of it. One that still reads
+// as started holds nothing (its overrides are lost). Scalars, which some
+// JSON operators refuse, are left out as any damaged row.
+func testDamagedEventHolds(t *testing.T, open DamageOpener) {
+	for _, c := range []struct {
+		name, value string
+		holds       bool
+	}{
+		{"open pre-queue of a bad seed", `{"phase":"prequeue","prequeueAt":1,"startsAt":2,"seed":"zz","firstPosition":1}`, true},
+		{"unknown phase", damagedEvent, true},
+		{"null", `null`, true},
+		{"a string", `"off"`, true},
+		{"an array", `[1,2]`, true},
+		{"started, of a bad seed", `{"phase":"started","prequeueAt":1,"startsAt":2,"seed":"zz","firstPosition":1}`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, restartDamaging := newDamageHarness(t, open)
+			cfg := GateConfig(gateName, 2)
+			a := h.join(cfg, "a")
+			require.Equal(t, session.StatusActive, a.Status)
+			_, err := h.store.SaveEvent(h.ctx, suiteEvent("drop", Epoch.Add(time.Hour)))
+			require.NoError(t, err)
+			restartDamaging("drop", c.value)
+
+			evs, err := h.store.Events(h.ctx, gateName)
+			require.NoError(t, err)
+			assert.Empty(t, evs, "left out")
+			want := session.StatusActive
+			if c.holds {
+				want = session.StatusWaiting
+			}
+			b := h.join(cfg, "b")
+			assert.Equal(t, want, b.Status, "a join into a free slot")
+			_, err = h.store.Release(h.ctx, cfg, "a", Epoch)
+			require.NoError(t, err)
+			c2 := h.join(cfg, "c")
+			if c.holds {
+				assert.Equal(t, session.StatusWaiting, c2.Status)
+				st := h.state(gateName)
+				assert.Equal(t, int64(0), st.Active, "nobody promoted into the freed slot")
+				assert.Equal(t, int64(2), st.Waiting)
+			}
+
+			require.NoError(t, h.store.DeleteEvent(h.ctx, gateName, "drop"), "deleted")
+			_, err = h.store.Update(h.ctx, cfg, Epoch, 0)
+			require.NoError(t, err)
+			st := h.state(gateName)
+			assert.Equal(t, int64(2), st.Active, "the gate admits again once it is deleted")
+			assert.Equal(t, int64(0), st.Waiting)
+
+			closed := cfg
+			closed.Mode = session.ModeReject
+			_, err = h.store.SaveEvent(h.ctx, suiteEvent("drop", Epoch.Add(time.Hour)))
+			require.NoError(t, err)
+			restartDamaging("drop", c.value)
+			require.NoError(t, h.store.RemoveGate(h.ctx, closed, Epoch), "the gate can be removed")
+			evs, err = h.store.Events(h.ctx, gateName)
+			require.NoError(t, err)
+			assert.Empty(t, evs)
+		})
+	}
 }

@@ -154,6 +154,12 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 				return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
 			}
 		}
+		if damage != nil {
+			// Whether the gate still has a damaged event, and one that
+			// holds it: read again.
+			e.events, e.damagedEvents, e.damagedHold, err = s.storedEvents(gate)
+			return err
+		}
 		e.dropEvent(id)
 		return nil
 	})
@@ -213,7 +219,7 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 // logged and left out, as every decision leaves it out (storedEvents).
 func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
 	onDamaged := func(damage error) { s.logDamagedEvent(gate, damage) }
-	evs, err := s.readEvents(gate, onDamaged)
+	evs, err := s.readEvents(gate, func(damage error, _ []byte) { onDamaged(damage) })
 	if err != nil {
 		return nil, err
 	}
@@ -235,17 +241,20 @@ func (s *Store) writerMeta(key string) ([]byte, bool, error) {
 
 // storedEvents reads the gate's events inside the writer's transaction,
 // without their drawn lines (decisions do not read them; a large launch's
-// is megabytes, in a row of its own: lines.go), leaving out (and logging) those that do not decode:
-// damaged says some were. Errors: a failed read.
-func (s *Store) storedEvents(gate string) (evs []session.ScheduledEvent, damaged bool, err error) {
-	evs, err = s.readEvents(gate, func(err error) {
-		s.log.Warn("anteroom: a gate's stored event is damaged; its ops decide with the instance's own settings", "gate", gate, "err", err)
-		damaged = true
+// is megabytes, in a row of its own: lines.go), leaving out (and logging)
+// those that do not decode: damaged says some were, hold that one of them
+// holds the gate (session.DamagedEventHolds). Errors: a failed read.
+func (s *Store) storedEvents(gate string) (evs []session.ScheduledEvent, damaged, hold bool, err error) {
+	evs, err = s.readEvents(gate, func(err error, raw []byte) {
+		h := session.DamagedEventHolds(raw)
+		s.log.Warn("anteroom: a gate's stored event is damaged; its ops decide with the instance's own settings, and the gate admits nobody new unless the event still reads as started: delete it (its id is in the error)",
+			"gate", gate, "holds", h, "err", err)
+		damaged, hold = true, hold || h
 	})
 	for i := range evs {
 		evs[i].Positions = nil
 	}
-	return evs, damaged, err
+	return evs, damaged, hold, err
 }
 
 // setEvent puts ev, as just written, in the entry's events, without its
@@ -273,7 +282,7 @@ func (e *gateEntry) dropEvent(id string) {
 // readEvents reads the gate's events, sorted, inside the writer's
 // transaction; an event that does not decode goes to onDamaged and is
 // left out.
-func (s *Store) readEvents(gate string, onDamaged func(error)) ([]session.ScheduledEvent, error) {
+func (s *Store) readEvents(gate string, onDamaged func(err error, raw []byte)) ([]session.ScheduledEvent, error) {
 	lo, hi := eventRange(gate)
 	pc, ok := s.wc.c.(driver.ConnPrepareContext)
 	if !ok {
@@ -301,7 +310,7 @@ func (s *Store) readEvents(gate string, onDamaged func(error)) ([]session.Schedu
 		}
 		ev, err := session.DecodeStoredEvent(gate, strings.TrimPrefix(asString(dest[0]), lo), asBytes(dest[1]))
 		if err != nil {
-			onDamaged(err)
+			onDamaged(err, asBytes(dest[1]))
 			continue
 		}
 		out = append(out, ev)
@@ -405,7 +414,7 @@ func (s *Store) readStored(e *gateEntry) error {
 			e.held = &cfg
 		}
 	}
-	e.events, e.damagedEvents, err = s.storedEvents(e.name)
+	e.events, e.damagedEvents, e.damagedHold, err = s.storedEvents(e.name)
 	return err
 }
 
@@ -421,7 +430,7 @@ func (s *Store) decidedWith(b *batch, o *op) error {
 	if e.held != nil && !e.damagedEvents {
 		o.cfg = session.EventConfig(*e.held, e.events, o.now)
 	}
-	o.cfg = session.PrequeueHold(o.cfg, e.events)
+	o.cfg = session.PrequeueHold(o.cfg, e.events, e.damagedHold)
 	return nil
 }
 

@@ -34,7 +34,7 @@ func BenchmarkEventsForDecisions(b *testing.B) {
 	b.ResetTimer()
 	require.NoError(b, s.eventOp(context.Background(), "default", func(*batch, *gateEntry) error {
 		for b.Loop() {
-			evs, _, err := s.storedEvents("default")
+			evs, _, _, err := s.storedEvents("default")
 			if err != nil || len(evs) != 1 {
 				b.Fatalf("%v %d", err, len(evs))
 			}

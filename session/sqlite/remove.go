@@ -28,7 +28,7 @@ var _ session.GateRemover = (*Store)(nil)
 func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time.Time) error {
 	gate := cfg.Name
 	return s.eventOp(ctx, gate, func(_ *batch, e *gateEntry) error {
-		evs, err := s.readEvents(gate, func(damage error) { s.logDamagedEvent(gate, damage) }) // no lines: the check needs none
+		evs, err := s.readEvents(gate, func(damage error, _ []byte) { s.logDamagedEvent(gate, damage) }) // no lines: the check needs none
 		if err != nil {
 			return err
 		}
@@ -48,7 +48,7 @@ func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time
 		if _, err := s.wc.exec(s.wc.deleteMeta, settingsPrefix+gate); err != nil {
 			return fmt.Errorf("delete settings of gate %q: %w", gate, err)
 		}
-		e.held, e.events, e.damagedEvents = nil, nil, false
+		e.held, e.events, e.damagedEvents, e.damagedHold = nil, nil, false, false
 		return nil
 	})
 }

@@ -151,11 +151,13 @@ type gateEntry struct {
 	// an op queued with the configuration its caller read moments before
 	// a change committed (a limit lowered) is decided as of its own
 	// commit, and held while a pre-queue is open as stored
-	// (session.PrequeueHold). Read with the entry (readStored),
-	// kept by the ops that change them.
+	// (session.PrequeueHold; damagedHold: a damaged event may be one,
+	// session.DamagedEventHolds). Read with the entry (readStored), kept
+	// by the ops that change them.
 	held          *session.GateConfig
 	events        []session.ScheduledEvent
 	damagedEvents bool
+	damagedHold   bool
 
 	inBatch bool // listed in batch.touched
 	save    bool // counters changed in this transaction
