@@ -91,12 +91,18 @@ func EventDamaged(gate, id string, damage error) error {
 }
 
 // DamagedEventHolds reports whether a stored event whose row does not
-// decode (raw, its stored bytes) holds its gate (PrequeueHold): unless its
-// phase still reads as started, it may be a pre-queue that is open, or
-// due to open, and an op that let anyone in could put them ahead of its
-// draw, which cannot run. Its gate admits nobody new until the event is
-// deleted; a started event's damage only loses its overrides.
-func DamagedEventHolds(raw []byte) bool {
+// decode (id, its key's id; raw, its stored bytes) holds its gate
+// (PrequeueHold): unless its phase still reads as started, it may be a
+// pre-queue that is open, or due to open, and an op that let anyone in
+// could put them ahead of its draw, which cannot run. Its gate admits
+// nobody new until the event is deleted; a started event's damage only
+// loses its overrides. A row whose id is not a valid one was never an
+// event of this service (and could not be deleted by its id): it holds
+// nothing.
+func DamagedEventHolds(id string, raw []byte) bool {
+	if !ValidGateName(id) {
+		return false
+	}
 	var peek struct {
 		Phase EventPhase `json:"phase"`
 	}

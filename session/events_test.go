@@ -197,22 +197,24 @@ func TestStoredEventRoundTrip(t *testing.T) {
 
 func TestDamagedEventHoldsUnlessItReadsAsStarted(t *testing.T) {
 	for _, c := range []struct {
-		raw  string
-		want bool
+		id, raw string
+		want    bool
 	}{
-		{`{"phase":"started","startsAt":"soon"}`, false},
-		{`{"phase":"prequeue","seed":"zz"}`, true},
-		{`{"phase":"scheduled","startsAt":-1}`, true},
-		{`{"phase":"paused"}`, true},
-		{`{"phase":7}`, true},
-		{`{}`, true},
-		{`null`, true},
-		{`"off"`, true},
-		{`[{"phase":"started"}]`, true},
-		{`not json`, true},
-		{``, true},
+		{"a b", `{"phase":"prequeue"}`, false},
+		{"", `{"phase":"prequeue"}`, false},
+		{"drop", `{"phase":"started","startsAt":"soon"}`, false},
+		{"drop", `{"phase":"prequeue","seed":"zz"}`, true},
+		{"drop", `{"phase":"scheduled","startsAt":-1}`, true},
+		{"drop", `{"phase":"paused"}`, true},
+		{"drop", `{"phase":7}`, true},
+		{"drop", `{}`, true},
+		{"drop", `null`, true},
+		{"drop", `"off"`, true},
+		{"drop", `[{"phase":"started"}]`, true},
+		{"drop", `not json`, true},
+		{"drop", ``, true},
 	} {
-		assert.Equal(t, c.want, session.DamagedEventHolds([]byte(c.raw)), c.raw)
+		assert.Equal(t, c.want, session.DamagedEventHolds(c.id, []byte(c.raw)), "%q %s", c.id, c.raw)
 	}
 }
 

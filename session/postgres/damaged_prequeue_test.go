@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,4 +57,34 @@ func TestADamagedOpenPrequeueStillHoldsTheLine(t *testing.T) {
 	v, err = wl.Status(ctx, multiGate, "early")
 	require.NoError(t, err)
 	assert.Equal(t, session.StatusWaiting, v.Status, "the pre-queue promoted in arrival order, without a draw")
+}
+
+// A damaged event row whose id is not one the API accepts (65 characters:
+// a newer version's, or a hand edit) was never an event of this service,
+// and DeleteEvent could not name it: it holds nothing
+// (session.DamagedEventHolds), and is left out.
+func TestADamagedEventOfAnUnnamableIDHoldsNothing(t *testing.T) {
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	s := open(t, url, quiet)
+	t.Cleanup(func() { _ = s.Close() })
+	cfg := sessiontest.GateConfig(multiGate, 5)
+	_, err := s.Load(ctx, []string{multiGate})
+	require.NoError(t, err)
+	epoch := sessiontest.Epoch
+	raw, err := session.EncodeStoredEvent(session.ScheduledEvent{Gate: multiGate, ID: "ok", PrequeueAt: epoch.Add(-time.Hour),
+		StartsAt: epoch.Add(time.Hour), Seed: make([]byte, session.LotterySeedSize), Phase: session.EventPrequeue, FirstPosition: 1})
+	require.NoError(t, err)
+	admin, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	_, err = admin.Exec(ctx, `INSERT INTO anteroom_events (gate, id, event) VALUES ($1, $2, $3)`, multiGate, strings.Repeat("x", 65), raw)
+	require.NoError(t, err)
+
+	got, err := s.Join(ctx, cfg, "a", epoch)
+	require.NoError(t, err)
+	assert.Equal(t, session.StatusActive, got.Status, "not held")
+	evs, err := s.Events(ctx, multiGate)
+	require.NoError(t, err)
+	assert.Empty(t, evs, "left out")
 }

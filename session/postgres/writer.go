@@ -1458,7 +1458,7 @@ func (s *Store) fetchHeldEvents(ctx context.Context, b *batch, stale []eventVers
 		s.eventReads++
 		h := heldEvent{xmin: xmin}
 		if ev, err := session.DecodeStoredEvent(v.gate, v.id, raw); err != nil {
-			h.hold = session.DamagedEventHolds(raw)
+			h.hold = session.DamagedEventHolds(v.id, raw)
 			s.log.Warn("anteroom: a gate's stored event is damaged; its gate decides with the instance's own settings, and admits nobody new unless the event still reads as started: delete it",
 				"gate", v.gate, "event", v.id, "holds", h.hold, "err", err)
 		} else {

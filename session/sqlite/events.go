@@ -206,7 +206,7 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 			return nil, false, nil
 		}
 		return v, err == nil, err
-	}, func(damage error) { s.logDamagedEvent(gate, damage) })
+	}, func(damage error) { s.logDamagedEvent(gate, damage) }, true)
 	if err != nil {
 		return nil, s.readErr("events", err)
 	}
@@ -219,11 +219,11 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 // logged and left out, as every decision leaves it out (storedEvents).
 func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
 	onDamaged := func(damage error) { s.logDamagedEvent(gate, damage) }
-	evs, err := s.readEvents(gate, func(damage error, _ []byte) { onDamaged(damage) })
+	evs, err := s.readEvents(gate, func(damage error, _ string, _ []byte) { onDamaged(damage) })
 	if err != nil {
 		return nil, err
 	}
-	return withLines(evs, s.writerMeta, onDamaged)
+	return withLines(evs, s.writerMeta, onDamaged, true)
 }
 
 // writerMeta reads a meta row inside the writer's transaction.
@@ -245,15 +245,25 @@ func (s *Store) writerMeta(key string) ([]byte, bool, error) {
 // those that do not decode: damaged says some were, hold that one of them
 // holds the gate (session.DamagedEventHolds). Errors: a failed read.
 func (s *Store) storedEvents(gate string) (evs []session.ScheduledEvent, damaged, hold bool, err error) {
-	evs, err = s.readEvents(gate, func(err error, raw []byte) {
-		h := session.DamagedEventHolds(raw)
+	evs, err = s.readEvents(gate, func(err error, id string, raw []byte) {
+		h := session.DamagedEventHolds(id, raw)
 		s.log.Warn("anteroom: a gate's stored event is damaged; its ops decide with the instance's own settings, and the gate admits nobody new unless the event still reads as started: delete it (its id is in the error)",
 			"gate", gate, "holds", h, "err", err)
 		damaged, hold = true, hold || h
 	})
+	if err != nil {
+		return nil, false, false, err
+	}
 	for i := range evs {
 		evs[i].Positions = nil
 	}
+	// A line that does not decode leaves its (started) event out here as
+	// in Load and Events: checked, not kept (a million positions check in
+	// a few milliseconds, at a cache miss of the gate's entry).
+	evs, err = withLines(evs, s.writerMeta, func(err error) {
+		s.log.Warn("anteroom: a gate's stored event is damaged; its ops decide with the instance's own settings", "gate", gate, "err", err)
+		damaged = true
+	}, false)
 	return evs, damaged, hold, err
 }
 
@@ -282,7 +292,7 @@ func (e *gateEntry) dropEvent(id string) {
 // readEvents reads the gate's events, sorted, inside the writer's
 // transaction; an event that does not decode goes to onDamaged and is
 // left out.
-func (s *Store) readEvents(gate string, onDamaged func(err error, raw []byte)) ([]session.ScheduledEvent, error) {
+func (s *Store) readEvents(gate string, onDamaged func(err error, id string, raw []byte)) ([]session.ScheduledEvent, error) {
 	lo, hi := eventRange(gate)
 	pc, ok := s.wc.c.(driver.ConnPrepareContext)
 	if !ok {
@@ -308,9 +318,10 @@ func (s *Store) readEvents(gate string, onDamaged func(err error, raw []byte)) (
 		if err != nil {
 			return nil, fmt.Errorf("read events: %w", err)
 		}
-		ev, err := session.DecodeStoredEvent(gate, strings.TrimPrefix(asString(dest[0]), lo), asBytes(dest[1]))
+		id := strings.TrimPrefix(asString(dest[0]), lo)
+		ev, err := session.DecodeStoredEvent(gate, id, asBytes(dest[1]))
 		if err != nil {
-			onDamaged(err, asBytes(dest[1]))
+			onDamaged(err, id, asBytes(dest[1]))
 			continue
 		}
 		out = append(out, ev)
@@ -381,7 +392,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 		} else if next.Phase == session.EventStarted && next.Positions == nil {
 			// Started before: as stored, with its drawn line.
 			var lineDamage error
-			evs, err := withLines([]session.ScheduledEvent{next}, s.writerMeta, func(d error) { lineDamage = d })
+			evs, err := withLines([]session.ScheduledEvent{next}, s.writerMeta, func(d error) { lineDamage = d }, true)
 			if err != nil {
 				return err
 			}

@@ -50,36 +50,49 @@ var errLine = errors.New("drawn line does not decode")
 // value that is not exactly such a row (another format, a count the bytes
 // cannot hold, a step of 0, a position past int64, bytes left over).
 func decodeLine(b []byte) ([]int64, error) {
+	var out []int64
+	err := scanLine(b, func(n uint64) { out = make([]int64, 0, n) }, func(p int64) { out = append(out, p) })
+	return out, err
+}
+
+// checkLine is decodeLine's check alone: it keeps no position.
+func checkLine(b []byte) error { return scanLine(b, func(uint64) {}, func(int64) {}) }
+
+// scanLine reads a line's value, giving its count to start and each
+// position to each; errors as decodeLine's.
+func scanLine(b []byte, start func(n uint64), each func(p int64)) error {
 	if len(b) == 0 || b[0] != lineFormat {
-		return nil, fmt.Errorf("%w: format", errLine)
+		return fmt.Errorf("%w: format", errLine)
 	}
 	b = b[1:]
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)-k) { // each position takes a byte at least
-		return nil, fmt.Errorf("%w: count", errLine)
+		return fmt.Errorf("%w: count", errLine)
 	}
 	b = b[k:]
-	out := make([]int64, 0, n)
+	start(n)
 	var prev uint64
 	for i := uint64(0); i < n; i++ {
 		d, k := binary.Uvarint(b)
 		if k <= 0 || (i > 0 && d == 0) || d > math.MaxInt64-prev {
-			return nil, fmt.Errorf("%w: position %d", errLine, i)
+			return fmt.Errorf("%w: position %d", errLine, i)
 		}
 		b = b[k:]
 		prev += d
-		out = append(out, int64(prev))
+		each(int64(prev))
 	}
 	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes past its end", errLine, len(b))
+		return fmt.Errorf("%w: %d bytes past its end", errLine, len(b))
 	}
-	return out, nil
+	return nil
 }
 
 // eventRow is how an event is kept: its JSON without the line, and the
-// line's row value, nil when it has none.
+// line's row value, nil when it has none. A started event has one, empty
+// for a launch with nobody in its pre-queue (a row left by a build that
+// deleted only events' rows must not be taken for its line).
 func eventRow(ev session.ScheduledEvent) (js, line []byte, err error) {
-	if len(ev.Positions) > 0 {
+	if ev.Positions != nil {
 		line = encodeLine(ev.Positions)
 	}
 	ev.Positions = nil
@@ -88,10 +101,12 @@ func eventRow(ev session.ScheduledEvent) (js, line []byte, err error) {
 }
 
 // withLines gives each started event of evs without positions in its JSON
-// its line, read with get (the line's row value, or found false); an
-// event whose line is missing or does not decode goes to onDamaged and is
-// left out. Errors: get's.
-func withLines(evs []session.ScheduledEvent, get func(key string) (value []byte, found bool, err error), onDamaged func(error)) ([]session.ScheduledEvent, error) {
+// its line, read with get (the line's row value, or found false: an event
+// started before its line had a row, with nobody in its pre-queue); with
+// keep false it only checks them (the writer's decisions need none). An
+// event whose line does not decode goes to onDamaged and is left out, by
+// every reader alike. Errors: get's.
+func withLines(evs []session.ScheduledEvent, get func(key string) (value []byte, found bool, err error), onDamaged func(error), keep bool) ([]session.ScheduledEvent, error) {
 	out := evs[:0]
 	for _, ev := range evs {
 		if ev.Phase == session.EventStarted && ev.Positions == nil {
@@ -99,10 +114,11 @@ func withLines(evs []session.ScheduledEvent, get func(key string) (value []byte,
 			if err != nil {
 				return nil, err
 			}
-			if found {
+			if found && keep {
 				ev.Positions, err = decodeLine(v)
+			} else if found {
+				err = checkLine(v)
 			}
-			// A launch with nobody in its pre-queue keeps no line.
 			if err != nil {
 				onDamaged(session.Errorf(session.CodeInternal, "event %q of gate %q: %w", ev.ID, ev.Gate, err))
 				continue

@@ -28,7 +28,7 @@ var _ session.GateRemover = (*Store)(nil)
 func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time.Time) error {
 	gate := cfg.Name
 	return s.eventOp(ctx, gate, func(_ *batch, e *gateEntry) error {
-		evs, err := s.readEvents(gate, func(damage error, _ []byte) { s.logDamagedEvent(gate, damage) }) // no lines: the check needs none
+		evs, err := s.readEvents(gate, func(damage error, _ string, _ []byte) { s.logDamagedEvent(gate, damage) }) // no lines: the check needs none
 		if err != nil {
 			return err
 		}
