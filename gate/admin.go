@@ -158,6 +158,18 @@ type AdminGate struct {
 	// admitted (purged or released while waiting, or promoted and never
 	// claimed) over the last five minutes.
 	AbandonsPerMinute float64 `json:"abandonsPerMinute"`
+	// DamagedEvents are the gate's stored events that do not decode (left
+	// out of everything; one that holds the gate admits nobody new until
+	// it is deleted), never null.
+	DamagedEvents []AdminDamagedEvent `json:"damagedEvents"`
+}
+
+// AdminDamagedEvent is a stored event that does not decode
+// (session.DamagedEvent).
+type AdminDamagedEvent struct {
+	ID    string `json:"id"`
+	Holds bool   `json:"holds"`
+	Error string `json:"error"`
 }
 
 // AdminGates is the answer of GET gates.
@@ -208,7 +220,16 @@ func adminGateOf(st session.GateStats) AdminGate {
 		WaitP50Seconds:       waitSeconds(st.Waits, st.Waits.P50),
 		WaitP90Seconds:       waitSeconds(st.Waits, st.Waits.P90),
 		AbandonsPerMinute:    st.Waits.AbandonsPerMinute,
+		DamagedEvents:        adminDamaged(st.DamagedEvents),
 	}
+}
+
+func adminDamaged(list []session.DamagedEvent) []AdminDamagedEvent {
+	out := make([]AdminDamagedEvent, 0, len(list))
+	for _, d := range list {
+		out = append(out, AdminDamagedEvent{ID: d.ID, Holds: d.Holds, Error: d.Err})
+	}
+	return out
 }
 
 func (s *Server) adminListGates(c echo.Context) error {

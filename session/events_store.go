@@ -37,3 +37,25 @@ type EventStore interface {
 	// ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
 	AdvanceEvent(ctx context.Context, gate, id string, now time.Time) (ScheduledEvent, bool, error)
 }
+
+// DamagedEvent is a stored event whose row does not decode (a hand edit, a
+// newer version's row): every Store leaves it out of Events, Load and its
+// decisions, and logs it.
+type DamagedEvent struct {
+	ID string
+	// Holds reports that it holds its gate (DamagedEventHolds): nobody new
+	// is admitted until it is deleted.
+	Holds bool
+	// Err says what does not decode.
+	Err string
+}
+
+// DamageReporter is implemented by a Store that reports the events it
+// leaves out for damage, so that memory shows (and holds) what its
+// writer does.
+type DamageReporter interface {
+	// DamagedEvents returns the gate's damaged events, sorted by id.
+	// Errors: ErrInvalidArgument, ErrUnavailable, or a CodeInternal
+	// error on storage failure.
+	DamagedEvents(ctx context.Context, gate string) ([]DamagedEvent, error)
+}

@@ -23,6 +23,69 @@ type eventMemory struct {
 	byGate   atomic.Pointer[map[string]*gateEvents]
 	loadedAt atomic.Int64 // unix nanoseconds of the last reload
 	stale    atomic.Bool  // another instance started an event: reload
+	// damaged holds each gate's damaged events, as its Store last reported
+	// them (DamageReporter); nil while no gate has any. Copied on write
+	// under mu.
+	damaged atomic.Pointer[map[string][]DamagedEvent]
+}
+
+// damagedOf returns the gate's damaged events (never written).
+func (m *eventMemory) damagedOf(gate string) []DamagedEvent {
+	if p := m.damaged.Load(); p != nil {
+		return (*p)[gate]
+	}
+	return nil
+}
+
+// setDamaged replaces the gate's damaged events.
+func (m *eventMemory) setDamaged(gate string, list []DamagedEvent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.damaged.Load()
+	if old == nil && len(list) == 0 {
+		return
+	}
+	next := map[string][]DamagedEvent{}
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	if len(list) == 0 {
+		delete(next, gate)
+	} else {
+		next[gate] = list
+	}
+	if len(next) == 0 {
+		m.damaged.Store(nil)
+		return
+	}
+	m.damaged.Store(&next)
+}
+
+// damagedHolds reports whether one of the gate's damaged events holds it.
+func (m *eventMemory) damagedHolds(gate string) bool {
+	for _, d := range m.damagedOf(gate) {
+		if d.Holds {
+			return true
+		}
+	}
+	return false
+}
+
+// readDamaged asks the Store (a DamageReporter) for the gate's damaged
+// events and keeps them in memory. Errors: the Store's.
+func (w *Waitlist) readDamaged(ctx context.Context, gate string) error {
+	r, ok := w.store.(DamageReporter)
+	if !ok {
+		return nil
+	}
+	list, err := r.DamagedEvents(ctx, gate)
+	if err != nil {
+		return err
+	}
+	w.ev.setDamaged(gate, list)
+	return nil
 }
 
 // gateEvents is a gate's events as one change left them. Never written
@@ -124,14 +187,17 @@ func (m *eventMemory) put(ev ScheduledEvent) {
 }
 
 // opConfig is the configuration the gate's operations run with at now: its
-// configuration with its events applied (EventConfig).
+// configuration with its events applied (EventConfig), held while a
+// damaged event holds it, as the Store's writer holds it (PrequeueHold).
 func (w *Waitlist) opConfig(g *gateMemory, now time.Time) GateConfig {
 	cfg := g.config()
-	evs := w.ev.of(cfg.Name)
-	if len(evs) == 0 {
-		return cfg
+	if evs := w.ev.of(cfg.Name); len(evs) > 0 {
+		cfg = EventConfig(cfg, evs, now)
 	}
-	return EventConfig(cfg, evs, now)
+	if w.ev.damaged.Load() != nil && w.ev.damagedHolds(cfg.Name) {
+		cfg = PrequeueHold(cfg, nil, true)
+	}
+	return cfg
 }
 
 // initEvents puts the loaded events in memory and stores the configured
@@ -142,6 +208,9 @@ func (w *Waitlist) opConfig(g *gateMemory, now time.Time) GateConfig {
 func (w *Waitlist) initEvents(ctx context.Context, snaps map[string]GateSnapshot, configured []ScheduledEvent) error {
 	for name, snap := range snaps {
 		w.ev.set(name, append([]ScheduledEvent(nil), snap.Events...))
+		if err := w.readDamaged(ctx, name); err != nil {
+			return err
+		}
 	}
 	now := w.clock.Now()
 	for _, ev := range configured {
@@ -325,6 +394,9 @@ func (w *Waitlist) saveEvent(ctx context.Context, ev ScheduledEvent, create bool
 		return ScheduledEvent{}, err
 	}
 	w.ev.set(ev.Gate, replaceEvent(current, saved))
+	if err := w.readDamaged(ctx, ev.Gate); err != nil {
+		return saved, err
+	}
 	w.log.Info("anteroom: event scheduled", "gate", ev.Gate, "event", ev.ID, "prequeueAt", ev.PrequeueAt, "startsAt", ev.StartsAt, "shuffle", ev.Shuffle)
 	if saved.Due(now) {
 		if _, _, err := w.advanceEvent(ctx, saved.Gate, saved.ID, now); err != nil {
@@ -373,6 +445,9 @@ func (w *Waitlist) RemoveEvent(ctx context.Context, gate, id string) error {
 		return err
 	}
 	w.ev.set(gate, evs)
+	if err := w.readDamaged(ctx, gate); err != nil {
+		return err
+	}
 	w.log.Info("anteroom: event removed", "gate", gate, "event", id)
 	return nil
 }
@@ -441,6 +516,9 @@ func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 				w.ev.put(e)
 			}
 			w.dropRemoved(name, evs)
+			if err := w.readDamaged(ctx, name); err != nil && first == nil {
+				first = err
+			}
 		}
 	}
 	for _, name := range set.names {

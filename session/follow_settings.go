@@ -71,6 +71,7 @@ func (w *Waitlist) followSettings(set *gateSet, c Commit) *gateSet {
 		default:
 			set = w.swapSet(func(old *gateSet) *gateSet { return old.without(name) })
 			w.ev.set(name, nil) // deleted with the gate (GateRemover)
+			w.ev.setDamaged(name, nil)
 			w.log.Info("anteroom: gate removed at runtime followed from the store", "gate", name)
 		}
 	}

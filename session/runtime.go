@@ -28,6 +28,10 @@ type GateStats struct {
 	Runtime bool
 	// Waits are the wait-time figures and the abandon rate (waitstats.go).
 	Waits WaitStats
+	// DamagedEvents are the gate's stored events that do not decode, as
+	// its Store last reported them (DamageReporter); one that holds the
+	// gate makes Effective hold it too.
+	DamagedEvents []DamagedEvent
 }
 
 // Stats returns the gate's GateStats now, from memory, or ErrUnknownGate.
@@ -45,6 +49,7 @@ func (w *Waitlist) Stats(gate string) (GateStats, error) {
 		AdmissionsPerMinute: g.admissions.perMinute(now),
 		Runtime:             g.runtime.Load(),
 		Waits:               g.waitStats(now),
+		DamagedEvents:       w.ev.damagedOf(gate),
 	}, nil
 }
 
@@ -136,6 +141,9 @@ func (w *Waitlist) AddGate(ctx context.Context, cfg GateConfig) error {
 	}
 	g := w.newGateMemory(cfg, snaps[cfg.Name])
 	w.ev.set(cfg.Name, append([]ScheduledEvent(nil), snaps[cfg.Name].Events...))
+	if err := w.readDamaged(ctx, cfg.Name); err != nil {
+		return err
+	}
 	g.runtime.Store(true)
 	w.swapSet(func(old *gateSet) *gateSet { return old.with(cfg.Name, g) })
 	w.log.Info("anteroom: gate added at runtime", "gate", cfg.Name, "settings", cfg.String())
@@ -177,6 +185,7 @@ func (w *Waitlist) RemoveGate(ctx context.Context, gate string) error {
 	}
 	w.swapSet(func(old *gateSet) *gateSet { return old.without(gate) })
 	w.ev.set(gate, nil)
+	w.ev.setDamaged(gate, nil)
 	w.log.Info("anteroom: gate removed at runtime", "gate", gate)
 	return nil
 }

@@ -126,6 +126,12 @@ func TestRunStartsOverDamagedStoredRows(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, v)
 	assert.Equal(t, float64(1), v.(map[string]any)["limit"], "the configuration's limit, not the damaged row's")
 	assert.Equal(t, "file", v.(map[string]any)["settingsSource"])
+	assert.Equal(t, "queue_all", v.(map[string]any)["mode"], "held by the damaged event")
+	damaged := v.(map[string]any)["damagedEvents"].([]any)
+	require.Len(t, damaged, 1)
+	assert.Equal(t, "bad", damaged[0].(map[string]any)["id"])
+	assert.Equal(t, true, damaged[0].(map[string]any)["holds"])
+	assert.Contains(t, damaged[0].(map[string]any)["error"], "paused")
 	assert.Contains(t, r.log.String(), "stored event is damaged")
 	assert.Contains(t, r.log.String(), "stored runtime settings are damaged")
 
@@ -157,6 +163,10 @@ func TestRunStartsOverDamagedStoredRows(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, code)
 	require.Eventually(t, func() bool { status, _ := join(first); return status == "active" }, 20*time.Second, 100*time.Millisecond,
 		"deleted: the update lets the waiter in")
+	code, v = admin(r.addr, http.MethodGet, "gates/default", "")
+	require.Equal(t, http.StatusOK, code, v)
+	assert.Equal(t, []any{}, v.(map[string]any)["damagedEvents"])
+	assert.Equal(t, "open", v.(map[string]any)["mode"])
 	code, v = admin(r.addr, http.MethodPost, "gates/default/events", event("bad", 3*time.Hour))
 	require.Equal(t, http.StatusCreated, code, v)
 	code, v = admin(r.addr, http.MethodPatch, "gates/default", `{"activeLimit":5}`)

@@ -51,6 +51,12 @@ func TestADamagedOpenPrequeueStillHoldsTheLine(t *testing.T) {
 
 	clock.Advance(5 * time.Second) // past the reload interval, long before the start
 	_ = wl.Sweep(ctx)
+	stats, err := wl.Stats(multiGate)
+	require.NoError(t, err)
+	require.Len(t, stats.DamagedEvents, 1, "the reload tells memory of it")
+	assert.Equal(t, "drop", stats.DamagedEvents[0].ID)
+	assert.True(t, stats.DamagedEvents[0].Holds)
+	assert.Equal(t, session.ModeQueueAll, stats.Effective.Mode, "memory holds the line as the writer does")
 	v, err = wl.Join(ctx, multiGate, "late")
 	require.NoError(t, err)
 	assert.Equal(t, session.StatusWaiting, v.Status, "a newcomer admitted during the open pre-queue, ahead of the draw")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -168,6 +169,42 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 // session.ErrInvalidArgument, session.ErrUnavailable, a
 // session.CodeInternal error on storage failure.
 func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEvent, error) {
+	cur, err := s.currentEvents(ctx, gate)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]session.ScheduledEvent, 0, len(cur))
+	for _, h := range cur {
+		if h.ev != nil {
+			out = append(out, *h.ev)
+		}
+	}
+	session.SortEvents(out)
+	return out, nil
+}
+
+// DamagedEvents returns the gate's events that do not decode
+// (session.DamageReporter), from the same reads as Events. Errors: as
+// Events'.
+func (s *Store) DamagedEvents(ctx context.Context, gate string) ([]session.DamagedEvent, error) {
+	cur, err := s.currentEvents(ctx, gate)
+	if err != nil {
+		return nil, err
+	}
+	var out []session.DamagedEvent
+	for id, h := range cur {
+		if h.ev == nil {
+			out = append(out, session.DamagedEvent{ID: id, Holds: h.hold, Err: h.damage})
+		}
+	}
+	slices.SortFunc(out, func(a, b session.DamagedEvent) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// currentEvents returns the gate's events as stored now, by id, decoded
+// (or not, when damaged), reading whole only the rows not decoded in
+// their version.
+func (s *Store) currentEvents(ctx context.Context, gate string) (map[string]heldEvent, error) {
 	if !session.ValidGateName(gate) {
 		return nil, session.Errorf(session.CodeInvalidArgument, "postgres: events: gate name %q", gate)
 	}
@@ -199,14 +236,7 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 		}
 	}
 	s.readCache.set(gate, next, time.Now())
-	out := make([]session.ScheduledEvent, 0, len(next))
-	for _, h := range next {
-		if h.ev != nil {
-			out = append(out, *h.ev)
-		}
-	}
-	session.SortEvents(out)
-	return out, nil
+	return next, nil
 }
 
 // eventVersions reads the id and row version of each of the gate's events.
@@ -244,7 +274,8 @@ func (s *Store) readChangedEvents(ctx context.Context, gate string, ids []string
 		s.eventBodyReads.Add(1)
 		h := heldEvent{xmin: xmin}
 		if ev, damage := session.DecodeStoredEvent(gate, id, raw); damage != nil {
-			s.log.Warn("anteroom: a gate's stored event is damaged and left out; delete it and schedule it again", "gate", gate, "event", id, "err", damage)
+			h.hold, h.damage = session.DamagedEventHolds(id, raw), damage.Error()
+			s.log.Warn("anteroom: a gate's stored event is damaged and left out; delete it and schedule it again", "gate", gate, "event", id, "holds", h.hold, "err", damage)
 		} else {
 			h.ev = &ev
 		}

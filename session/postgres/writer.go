@@ -1398,6 +1398,9 @@ type heldEvent struct {
 	xmin string
 	ev   *session.ScheduledEvent
 	hold bool // damaged, and holds its gate (session.DamagedEventHolds)
+	// damage is what does not decode, for session.DamagedEvent (the read
+	// side's cache).
+	damage string
 }
 
 // readHeldEvents reads the versions of the locked gates' events

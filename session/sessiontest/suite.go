@@ -209,6 +209,15 @@ func (t teeStore) SetCommitListener(fn func(session.Commit)) {
 	t.Store.SetCommitListener(t.h.record)
 }
 
+// DamagedEvents passes session.DamageReporter through, for a Store that
+// is one (none damaged for one that is not).
+func (t teeStore) DamagedEvents(ctx context.Context, gate string) ([]session.DamagedEvent, error) {
+	if r, ok := t.Store.(session.DamageReporter); ok {
+		return r.DamagedEvents(ctx, gate)
+	}
+	return nil, nil
+}
+
 // waitlist starts a Waitlist over the harness's Store with its clock.
 func (h *harness) waitlist(gates ...session.GateConfig) *session.Waitlist {
 	h.tb.Helper()

@@ -98,6 +98,28 @@ func testDamagedEvent(t *testing.T, open DamageOpener) {
 	got, err := w.Events(gateName)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"bad"}, ids(got), "a Waitlist starts over a damaged event, without it")
+	if _, ok := h.store.(session.DamageReporter); ok {
+		st, err := w.Stats(gateName)
+		require.NoError(t, err)
+		require.Len(t, st.DamagedEvents, 1, "memory knows of it")
+		assert.Equal(t, "keep", st.DamagedEvents[0].ID)
+		assert.True(t, st.DamagedEvents[0].Holds)
+		assert.NotEmpty(t, st.DamagedEvents[0].Err)
+		assert.Equal(t, session.ModeQueueAll, st.Effective.Mode, "memory holds the gate as the writer does")
+		v, err := w.Join(h.ctx, gateName, "w1")
+		require.NoError(t, err)
+		assert.Equal(t, session.StatusWaiting, v.Status)
+		require.NoError(t, w.RemoveEvent(h.ctx, gateName, "keep"), "deleted through the Waitlist")
+		st, err = w.Stats(gateName)
+		require.NoError(t, err)
+		assert.Empty(t, st.DamagedEvents)
+		assert.True(t, st.Effective.Mode.Admits(), "no longer held: %q", st.Effective.Mode)
+		_, err = w.Update(h.ctx)
+		require.NoError(t, err)
+		v, err = w.Status(h.ctx, gateName, "w1")
+		require.NoError(t, err)
+		assert.Equal(t, session.StatusActive, v.Status, "admitted once it is deleted")
+	}
 
 	closed := cfg
 	closed.Mode = session.ModeReject

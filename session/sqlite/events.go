@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -166,38 +167,58 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 }
 
 // Events returns the gate's events, sorted by start, from the read pool;
-// an event that does not decode is logged and left out. Errors:
-// session.ErrInvalidArgument, session.ErrUnavailable after Close, a
-// session.CodeInternal error on storage failure.
+// an event that does not decode (its drawn line included) is logged and
+// left out. Errors: session.ErrInvalidArgument, session.ErrUnavailable
+// after Close, a session.CodeInternal error on storage failure.
 func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEvent, error) {
+	evs, _, err := s.poolEvents(ctx, gate, true)
+	return evs, err
+}
+
+// DamagedEvents returns the gate's events that do not decode, their drawn
+// lines included (session.DamageReporter), from the read pool. Errors: as
+// Events'.
+func (s *Store) DamagedEvents(ctx context.Context, gate string) ([]session.DamagedEvent, error) {
+	_, damaged, err := s.poolEvents(ctx, gate, false)
+	slices.SortFunc(damaged, func(a, b session.DamagedEvent) int { return strings.Compare(a.ID, b.ID) })
+	return damaged, err
+}
+
+// poolEvents reads the gate's events from the read pool: those that
+// decode, sorted by start, with their lines (keep) or with their lines
+// only checked, and those that do not, each logged.
+func (s *Store) poolEvents(ctx context.Context, gate string, keep bool) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
 	if !session.ValidGateName(gate) {
-		return nil, session.Errorf(session.CodeInvalidArgument, "sqlite: events: gate name %q", gate)
+		return nil, nil, session.Errorf(session.CodeInvalidArgument, "sqlite: events: gate name %q", gate)
 	}
 	if s.closed.Load() {
-		return nil, session.ErrUnavailable
+		return nil, nil, session.ErrUnavailable
 	}
 	lo, hi := eventRange(gate)
 	rows, err := s.readDB.QueryContext(ctx, sqlGateEvents, lo, hi)
 	if err != nil {
-		return nil, s.readErr("events", err)
+		return nil, nil, s.readErr("events", err)
 	}
 	defer rows.Close()
 	var out []session.ScheduledEvent
+	var damaged []session.DamagedEvent
 	for rows.Next() {
 		var key string
 		var val []byte
 		if err := rows.Scan(&key, &val); err != nil {
-			return nil, s.readErr("events", err)
+			return nil, nil, s.readErr("events", err)
 		}
-		ev, damage := session.DecodeStoredEvent(gate, strings.TrimPrefix(key, lo), val)
+		id := strings.TrimPrefix(key, lo)
+		ev, damage := session.DecodeStoredEvent(gate, id, val)
 		if damage != nil {
 			s.logDamagedEvent(gate, damage)
+			damaged = append(damaged, session.DamagedEvent{ID: id, Holds: session.DamagedEventHolds(id, val), Err: damage.Error()})
 			continue
 		}
 		out = append(out, ev)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.readErr("events", err)
+		return nil, nil, s.readErr("events", err)
 	}
 	out, err = withLines(out, func(key string) ([]byte, bool, error) {
 		var v []byte
@@ -206,20 +227,23 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 			return nil, false, nil
 		}
 		return v, err == nil, err
-	}, func(damage error) { s.logDamagedEvent(gate, damage) }, true)
+	}, func(id string, damage error) {
+		s.logDamagedEvent(gate, damage)
+		damaged = append(damaged, session.DamagedEvent{ID: id, Err: damage.Error()}) // started: holds nothing
+	}, keep)
 	if err != nil {
-		return nil, s.readErr("events", err)
+		return nil, nil, s.readErr("events", err)
 	}
 	session.SortEvents(out)
-	return out, nil
+	return out, damaged, nil
 }
 
 // eventsOf reads the gate's events, with their drawn lines, inside the
 // writer's transaction (Load); one that does not decode is
 // logged and left out, as every decision leaves it out (storedEvents).
 func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
-	onDamaged := func(damage error) { s.logDamagedEvent(gate, damage) }
-	evs, err := s.readEvents(gate, func(damage error, _ string, _ []byte) { onDamaged(damage) })
+	onDamaged := func(_ string, damage error) { s.logDamagedEvent(gate, damage) }
+	evs, err := s.readEvents(gate, func(damage error, id string, _ []byte) { onDamaged(id, damage) })
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +284,7 @@ func (s *Store) storedEvents(gate string) (evs []session.ScheduledEvent, damaged
 	// A line that does not decode leaves its (started) event out here as
 	// in Load and Events: checked, not kept (a million positions check in
 	// a few milliseconds, at a cache miss of the gate's entry).
-	evs, err = withLines(evs, s.writerMeta, func(err error) {
+	evs, err = withLines(evs, s.writerMeta, func(_ string, err error) {
 		s.log.Warn("anteroom: a gate's stored event is damaged; its ops decide with the instance's own settings", "gate", gate, "err", err)
 		damaged = true
 	}, false)
@@ -392,7 +416,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 		} else if next.Phase == session.EventStarted && next.Positions == nil {
 			// Started before: as stored, with its drawn line.
 			var lineDamage error
-			evs, err := withLines([]session.ScheduledEvent{next}, s.writerMeta, func(d error) { lineDamage = d }, true)
+			evs, err := withLines([]session.ScheduledEvent{next}, s.writerMeta, func(_ string, d error) { lineDamage = d }, true)
 			if err != nil {
 				return err
 			}

@@ -106,7 +106,7 @@ func eventRow(ev session.ScheduledEvent) (js, line []byte, err error) {
 // keep false it only checks them (the writer's decisions need none). An
 // event whose line does not decode goes to onDamaged and is left out, by
 // every reader alike. Errors: get's.
-func withLines(evs []session.ScheduledEvent, get func(key string) (value []byte, found bool, err error), onDamaged func(error), keep bool) ([]session.ScheduledEvent, error) {
+func withLines(evs []session.ScheduledEvent, get func(key string) (value []byte, found bool, err error), onDamaged func(id string, err error), keep bool) ([]session.ScheduledEvent, error) {
 	out := evs[:0]
 	for _, ev := range evs {
 		if ev.Phase == session.EventStarted && ev.Positions == nil {
@@ -120,7 +120,7 @@ func withLines(evs []session.ScheduledEvent, get func(key string) (value []byte,
 				err = checkLine(v)
 			}
 			if err != nil {
-				onDamaged(session.Errorf(session.CodeInternal, "event %q of gate %q: %w", ev.ID, ev.Gate, err))
+				onDamaged(ev.ID, session.Errorf(session.CodeInternal, "event %q of gate %q: %w", ev.ID, ev.Gate, err))
 				continue
 			}
 		}

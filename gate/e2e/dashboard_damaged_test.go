@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// A stored event that no longer decodes (edited by hand, or written by a
+// newer version before a rollback) holds its gate: the dashboard says so,
+// names the event and says how to clear it, and the gate's mode reads
+// queue_all; once the event is deleted the note goes.
+func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
+	srv := startSidecarWith(t, session.GateConfig{
+		Name: "default", ActiveLimit: 1,
+		ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute,
+	}, func(o *gate.Options) { o.AdminToken = dashboardToken })
+	ctx := context.Background()
+	now := time.Now()
+	drop := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: now.Add(time.Hour), StartsAt: now.Add(2 * time.Hour), Shuffle: true}
+	if _, err := srv.waitlist.AddEvent(ctx, drop); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", srv.store.Path()+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Exec(`UPDATE meta SET value = '{"phase":"paused"}' WHERE key = 'gate_events/default/drop'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("damaged %d rows, want 1", n)
+	}
+	_ = db.Close()
+	// Memory reads the gate's events at an admin change of them.
+	later := drop
+	later.ID, later.PrequeueAt, later.StartsAt = "later", now.Add(3*time.Hour), now.Add(4*time.Hour)
+	if _, err := srv.waitlist.AddEvent(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newBrowser(t)
+	op := b.newUser(t, "operator")
+	op.open(srv.url + basePath + "/admin/")
+	op.waitVisible("token")
+	op.call("enter the token", func(ctx context.Context) error {
+		return chromedp.Do(ctx,
+			chromedp.SendKeys(chromedp.CSS("#token"), dashboardToken),
+			chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)))
+	})
+	op.waitFor("the hold shown, naming the event", text(`.note`)+`.startsWith('Held: stored event "drop" does not decode')
+  && `+text(`.mode`)+` === 'queue_all'`)
+	writePNG(t, screenshotDir(t), "dashboard_damaged.png", fullScreenshot(op))
+	if _, st := joinHTTP(t, srv); st != session.StatusWaiting {
+		t.Errorf("a join into a free slot: %s, want waiting (held)", st)
+	}
+
+	if err := srv.waitlist.RemoveEvent(ctx, "default", "drop"); err != nil {
+		t.Fatal(err)
+	}
+	op.waitFor("the note gone once the event is deleted", `!/stored event/.test(`+text(`.note`)+`)
+  && `+text(`.mode`)+` === 'open'`)
+	if got := evalJS[string](op, text(`.note`)); strings.Contains(got, "drop") {
+		t.Errorf("note %q still names the event", got)
+	}
+	op.requireNoProblems()
+}
