@@ -430,6 +430,21 @@ func CheckDelete(stored ScheduledEvent) error {
 	return nil
 }
 
+// CheckDeleteStored decides the deletion of event id of gate as stored:
+// stored, or nil when there is none, and damage, DecodeStoredEvent's error
+// for a row that does not decode. A damaged event is deleted unchecked
+// (nothing can check it, and every decision leaves it out already).
+// Errors: a CodeEventNotFound error, or CheckDelete's.
+func CheckDeleteStored(gate, id string, stored *ScheduledEvent, damage error) error {
+	switch {
+	case damage != nil:
+		return nil
+	case stored == nil:
+		return EventNotFound(gate, id)
+	}
+	return CheckDelete(*stored)
+}
+
 // SortEvents sorts events by StartsAt, then ID.
 func SortEvents(evs []ScheduledEvent) {
 	sort.Slice(evs, func(i, j int) bool {

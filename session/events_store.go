@@ -14,17 +14,21 @@ type EventStore interface {
 	// new event is stored scheduled with ev.Seed; an existing one that is
 	// still scheduled takes the new schedule and keeps its seed) and
 	// returns the event as stored. Errors: ErrInvalidArgument, a
-	// CodeEventLocked error once the stored event's pre-queue opened,
-	// ErrUnavailable, or a CodeInternal error on storage failure.
+	// CodeEventLocked error once the stored event's pre-queue opened or
+	// when its stored row does not decode (EventDamaged), ErrUnavailable,
+	// or a CodeInternal error on storage failure.
 	SaveEvent(ctx context.Context, ev ScheduledEvent) (ScheduledEvent, error)
 
-	// DeleteEvent removes an event (CheckDelete decides). Errors: a
+	// DeleteEvent removes an event (CheckDeleteStored decides: one whose
+	// row does not decode is deleted unchecked). Errors: a
 	// CodeEventNotFound error, a CodeEventLocked error while its pre-queue
 	// is open, ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
 	DeleteEvent(ctx context.Context, gate, id string) error
 
-	// Events returns the events of a gate, sorted by SortEvents. Errors:
-	// ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
+	// Events returns the events of a gate, sorted by SortEvents; one whose
+	// row does not decode is logged and left out (as every decision
+	// leaves it out). Errors: ErrInvalidArgument, ErrUnavailable, or a
+	// CodeInternal error.
 	Events(ctx context.Context, gate string) ([]ScheduledEvent, error)
 
 	// AdvanceEvent runs the transitions of an event that are due at now, in
@@ -34,7 +38,9 @@ type EventStore interface {
 	// shuffled session to its new position (an EventReordered each) and
 	// recording an EventLaunched. It returns the event as stored afterwards
 	// and whether this call changed it. Errors: a CodeEventNotFound error,
-	// ErrInvalidArgument, ErrUnavailable, or a CodeInternal error.
+	// a CodeEventLocked error when its stored row does not decode
+	// (EventDamaged), ErrInvalidArgument, ErrUnavailable, or a CodeInternal
+	// error.
 	AdvanceEvent(ctx context.Context, gate, id string, now time.Time) (ScheduledEvent, bool, error)
 }
 
@@ -52,10 +58,10 @@ type DamagedEvent struct {
 
 // DamageReporter is implemented by a Store that reports the events it
 // leaves out for damage, so that memory shows (and holds) what its
-// writer does.
+// writer does. Both stores of this module are one (the shared suite's
+// RunDamagedRowSuite requires it).
 type DamageReporter interface {
-	// DamagedEvents returns the gate's damaged events, sorted by id.
-	// Errors: ErrInvalidArgument, ErrUnavailable, or a CodeInternal
-	// error on storage failure.
-	DamagedEvents(ctx context.Context, gate string) ([]DamagedEvent, error)
+	// EventsAndDamaged returns, from one read, what Events returns and
+	// the gate's damaged events, sorted by id. Errors: as Events'.
+	EventsAndDamaged(ctx context.Context, gate string) ([]ScheduledEvent, []DamagedEvent, error)
 }

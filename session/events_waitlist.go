@@ -27,6 +27,9 @@ type eventMemory struct {
 	// them (DamageReporter); nil while no gate has any. Copied on write
 	// under mu.
 	damaged atomic.Pointer[map[string][]DamagedEvent]
+	// unread are the gates whose events a read after a change failed to
+	// put in memory (refreshEvents), under mu.
+	unread map[string]bool
 }
 
 // damagedOf returns the gate's damaged events (never written).
@@ -73,19 +76,58 @@ func (m *eventMemory) damagedHolds(gate string) bool {
 	return false
 }
 
-// readDamaged asks the Store (a DamageReporter) for the gate's damaged
-// events and keeps them in memory. Errors: the Store's.
-func (w *Waitlist) readDamaged(ctx context.Context, gate string) error {
+// storeEvents reads the gate's events from the Store, and with them, when
+// the Store is a DamageReporter, its damaged events, which memory keeps.
+// Errors: the Store's.
+func (w *Waitlist) storeEvents(ctx context.Context, gate string) ([]ScheduledEvent, error) {
 	r, ok := w.store.(DamageReporter)
 	if !ok {
-		return nil
+		return w.store.Events(ctx, gate)
 	}
-	list, err := r.DamagedEvents(ctx, gate)
+	evs, damaged, err := r.EventsAndDamaged(ctx, gate)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	w.ev.setDamaged(gate, list)
-	return nil
+	w.ev.setDamaged(gate, damaged)
+	return evs, nil
+}
+
+// refreshEvents puts the gate's events as stored in memory, after this
+// Waitlist changed them in the Store or loaded them. A failed read is
+// logged, not returned (the change was made), and read again by the next
+// AdvanceEvents: until then memory may show the events, and the hold of a
+// damaged one, as they were.
+func (w *Waitlist) refreshEvents(ctx context.Context, gate string) {
+	evs, err := w.storeEvents(ctx, gate)
+	if err != nil {
+		w.log.Warn("anteroom: reading a gate's events failed; read again at the next sweep", "gate", gate, "err", err)
+		w.ev.markUnread(gate)
+		return
+	}
+	w.ev.set(gate, evs)
+}
+
+// markUnread notes that memory's events of gate may be behind the Store's
+// (refreshEvents failed).
+func (m *eventMemory) markUnread(gate string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.unread == nil {
+		m.unread = map[string]bool{}
+	}
+	m.unread[gate] = true
+}
+
+// takeUnread returns the gates marked by markUnread, and forgets them.
+func (m *eventMemory) takeUnread() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.unread))
+	for g := range m.unread {
+		out = append(out, g)
+	}
+	m.unread = nil
+	return out
 }
 
 // gateEvents is a gate's events as one change left them. Never written
@@ -208,8 +250,8 @@ func (w *Waitlist) opConfig(g *gateMemory, now time.Time) GateConfig {
 func (w *Waitlist) initEvents(ctx context.Context, snaps map[string]GateSnapshot, configured []ScheduledEvent) error {
 	for name, snap := range snaps {
 		w.ev.set(name, append([]ScheduledEvent(nil), snap.Events...))
-		if err := w.readDamaged(ctx, name); err != nil {
-			return err
+		if _, ok := w.store.(DamageReporter); ok {
+			w.refreshEvents(ctx, name) // and its damaged events, which Load does not give
 		}
 	}
 	now := w.clock.Now()
@@ -362,7 +404,7 @@ func (w *Waitlist) saveEvent(ctx context.Context, ev ScheduledEvent, create bool
 	if w.closed.Load() {
 		return ScheduledEvent{}, ErrUnavailable
 	}
-	current, err := w.store.Events(ctx, ev.Gate)
+	current, err := w.storeEvents(ctx, ev.Gate)
 	if err != nil {
 		return ScheduledEvent{}, err
 	}
@@ -394,9 +436,6 @@ func (w *Waitlist) saveEvent(ctx context.Context, ev ScheduledEvent, create bool
 		return ScheduledEvent{}, err
 	}
 	w.ev.set(ev.Gate, replaceEvent(current, saved))
-	if err := w.readDamaged(ctx, ev.Gate); err != nil {
-		return saved, err
-	}
 	w.log.Info("anteroom: event scheduled", "gate", ev.Gate, "event", ev.ID, "prequeueAt", ev.PrequeueAt, "startsAt", ev.StartsAt, "shuffle", ev.Shuffle)
 	if saved.Due(now) {
 		if _, _, err := w.advanceEvent(ctx, saved.Gate, saved.ID, now); err != nil {
@@ -440,14 +479,7 @@ func (w *Waitlist) RemoveEvent(ctx context.Context, gate, id string) error {
 	if err := w.store.DeleteEvent(ctx, gate, id); err != nil {
 		return err
 	}
-	evs, err := w.store.Events(ctx, gate)
-	if err != nil {
-		return err
-	}
-	w.ev.set(gate, evs)
-	if err := w.readDamaged(ctx, gate); err != nil {
-		return err
-	}
+	w.refreshEvents(ctx, gate)
 	w.log.Info("anteroom: event removed", "gate", gate, "event", id)
 	return nil
 }
@@ -492,7 +524,8 @@ func (w *Waitlist) advanceDue(ctx context.Context, gate string, now time.Time) e
 
 // AdvanceEvents runs every transition due now, on every gate; over a
 // shared Store it first reads the events again every eventsReload (or
-// after another instance started one). The sweeper and Update call it. It
+// after another instance started one), and on any Store those of a gate
+// whose read after a change failed (refreshEvents). The sweeper and Update call it. It
 // returns the first error.
 func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 	if w.closed.Load() {
@@ -501,11 +534,25 @@ func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 	now := w.clock.Now()
 	var first error
 	set := w.set.Load()
+	for _, name := range w.ev.takeUnread() { // a read after a change failed (refreshEvents)
+		if set.m[name] == nil {
+			continue // removed since
+		}
+		evs, err := w.storeEvents(ctx, name)
+		if err != nil {
+			w.ev.markUnread(name)
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		w.ev.set(name, evs)
+	}
 	if w.ready != nil && (w.ev.stale.Load() || now.UnixNano()-w.ev.loadedAt.Load() >= int64(eventsReload)) {
 		w.ev.stale.Store(false)
 		w.ev.loadedAt.Store(now.UnixNano())
 		for _, name := range set.names {
-			evs, err := w.store.Events(ctx, name)
+			evs, err := w.storeEvents(ctx, name)
 			if err != nil {
 				if first == nil {
 					first = err
@@ -516,9 +563,6 @@ func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 				w.ev.put(e)
 			}
 			w.dropRemoved(name, evs)
-			if err := w.readDamaged(ctx, name); err != nil && first == nil {
-				first = err
-			}
 		}
 	}
 	for _, name := range set.names {

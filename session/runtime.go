@@ -141,8 +141,8 @@ func (w *Waitlist) AddGate(ctx context.Context, cfg GateConfig) error {
 	}
 	g := w.newGateMemory(cfg, snaps[cfg.Name])
 	w.ev.set(cfg.Name, append([]ScheduledEvent(nil), snaps[cfg.Name].Events...))
-	if err := w.readDamaged(ctx, cfg.Name); err != nil {
-		return err
+	if _, ok := w.store.(DamageReporter); ok {
+		w.refreshEvents(ctx, cfg.Name) // and its damaged events, which Load does not give
 	}
 	g.runtime.Store(true)
 	w.swapSet(func(old *gateSet) *gateSet { return old.with(cfg.Name, g) })

@@ -129,16 +129,11 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case damage != nil:
-			// Left out of every decision already: nothing to check.
+		if err := session.CheckDeleteStored(gate, id, stored, damage); err != nil {
+			return err
+		}
+		if damage != nil {
 			s.log.Warn("anteroom: deleting a damaged stored event", "gate", gate, "event", id, "err", damage)
-		case stored == nil:
-			return session.EventNotFound(gate, id)
-		default:
-			if err := session.CheckDelete(*stored); err != nil {
-				return err
-			}
 		}
 		if _, err := b.tx.Exec(ctx, sqlDeleteEvent, gate, id); err != nil {
 			return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
@@ -173,6 +168,29 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 	if err != nil {
 		return nil, err
 	}
+	return decodedEvents(cur), nil
+}
+
+// EventsAndDamaged returns what Events returns and the gate's events that
+// do not decode (session.DamageReporter), from the same reads. Errors: as
+// Events'.
+func (s *Store) EventsAndDamaged(ctx context.Context, gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
+	cur, err := s.currentEvents(ctx, gate)
+	if err != nil {
+		return nil, nil, err
+	}
+	var damaged []session.DamagedEvent
+	for id, h := range cur {
+		if h.ev == nil {
+			damaged = append(damaged, session.DamagedEvent{ID: id, Holds: h.hold, Err: h.damage})
+		}
+	}
+	slices.SortFunc(damaged, func(a, b session.DamagedEvent) int { return strings.Compare(a.ID, b.ID) })
+	return decodedEvents(cur), damaged, nil
+}
+
+// decodedEvents returns the events of cur that decode, sorted by start.
+func decodedEvents(cur map[string]heldEvent) []session.ScheduledEvent {
 	out := make([]session.ScheduledEvent, 0, len(cur))
 	for _, h := range cur {
 		if h.ev != nil {
@@ -180,25 +198,7 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 		}
 	}
 	session.SortEvents(out)
-	return out, nil
-}
-
-// DamagedEvents returns the gate's events that do not decode
-// (session.DamageReporter), from the same reads as Events. Errors: as
-// Events'.
-func (s *Store) DamagedEvents(ctx context.Context, gate string) ([]session.DamagedEvent, error) {
-	cur, err := s.currentEvents(ctx, gate)
-	if err != nil {
-		return nil, err
-	}
-	var out []session.DamagedEvent
-	for id, h := range cur {
-		if h.ev == nil {
-			out = append(out, session.DamagedEvent{ID: id, Holds: h.hold, Err: h.damage})
-		}
-	}
-	slices.SortFunc(out, func(a, b session.DamagedEvent) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
+	return out
 }
 
 // currentEvents returns the gate's events as stored now, by id, decoded
@@ -348,8 +348,9 @@ func (s *Store) loadEvents(ctx context.Context, snaps map[string]session.GateSna
 // (the batch's flush deletes each moved row before it writes it again),
 // with an EventReordered each and one EventLaunched, which reach every
 // instance through the outbox. Errors: a session.CodeEventNotFound error,
-// session.ErrInvalidArgument, session.ErrUnavailable, a
-// session.CodeInternal error on storage failure.
+// a session.CodeEventLocked error when its row does not decode
+// (session.EventDamaged), session.ErrInvalidArgument,
+// session.ErrUnavailable, a session.CodeInternal error on storage failure.
 func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time) (session.ScheduledEvent, bool, error) {
 	if !session.ValidGateName(id) {
 		return session.ScheduledEvent{}, false, session.Errorf(session.CodeInvalidArgument, "postgres: advance event: id %q", id)

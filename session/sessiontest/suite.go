@@ -209,13 +209,14 @@ func (t teeStore) SetCommitListener(fn func(session.Commit)) {
 	t.Store.SetCommitListener(t.h.record)
 }
 
-// DamagedEvents passes session.DamageReporter through, for a Store that
-// is one (none damaged for one that is not).
-func (t teeStore) DamagedEvents(ctx context.Context, gate string) ([]session.DamagedEvent, error) {
+// EventsAndDamaged passes session.DamageReporter through, for a Store
+// that is one (none damaged for one that is not).
+func (t teeStore) EventsAndDamaged(ctx context.Context, gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
 	if r, ok := t.Store.(session.DamageReporter); ok {
-		return r.DamagedEvents(ctx, gate)
+		return r.EventsAndDamaged(ctx, gate)
 	}
-	return nil, nil
+	evs, err := t.Events(ctx, gate)
+	return evs, nil, err
 }
 
 // waitlist starts a Waitlist over the harness's Store with its clock.

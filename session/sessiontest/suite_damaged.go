@@ -98,7 +98,8 @@ func testDamagedEvent(t *testing.T, open DamageOpener) {
 	got, err := w.Events(gateName)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"bad"}, ids(got), "a Waitlist starts over a damaged event, without it")
-	if _, ok := h.store.(session.DamageReporter); ok {
+	require.Implements(t, (*session.DamageReporter)(nil), h.store, "memory must hold what the writer holds")
+	{
 		st, err := w.Stats(gateName)
 		require.NoError(t, err)
 		require.Len(t, st.DamagedEvents, 1, "memory knows of it")

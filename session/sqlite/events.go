@@ -17,7 +17,8 @@ import (
 
 // Scheduled events live in the meta table (migrations/0001), one row per
 // event keyed eventsPrefix+gate+"/"+id, its value session's stored JSON of
-// the event: no schema change. Gate names and event ids have no '/', and
+// the event (a started event's drawn line in a row of its own: lines.go):
+// no schema change. Gate names and event ids have no '/', and
 // '/' + 1 is '0', so the keys of a gate's events are exactly those in
 // [eventsPrefix+gate+"/", eventsPrefix+gate+"0").
 const eventsPrefix = "gate_events/"
@@ -139,25 +140,21 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case damage != nil:
-			// Left out of every decision already: nothing to check.
+		if err := session.CheckDeleteStored(gate, id, stored, damage); err != nil {
+			return err
+		}
+		if damage != nil {
 			s.log.Warn("anteroom: deleting a damaged stored event", "gate", gate, "event", id, "err", damage)
-		case stored == nil:
-			return session.EventNotFound(gate, id)
-		default:
-			if err := session.CheckDelete(*stored); err != nil {
-				return err
-			}
 		}
 		for _, key := range []string{eventKey(gate, id), lineKey(gate, id)} {
 			if _, err := s.wc.exec(s.wc.deleteMeta, key); err != nil {
 				return fmt.Errorf("delete event %q of gate %q: %w", id, gate, err)
 			}
 		}
-		if damage != nil {
-			// Whether the gate still has a damaged event, and one that
-			// holds it: read again.
+		if e.damagedEvents {
+			// The gate had an event left out (this one's JSON, or its
+			// line, or another's): whether one is left, and one that
+			// holds it, read again.
 			e.events, e.damagedEvents, e.damagedHold, err = s.storedEvents(gate)
 			return err
 		}
@@ -171,23 +168,24 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 // left out. Errors: session.ErrInvalidArgument, session.ErrUnavailable
 // after Close, a session.CodeInternal error on storage failure.
 func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEvent, error) {
-	evs, _, err := s.poolEvents(ctx, gate, true)
+	evs, _, err := s.poolEvents(ctx, gate)
 	return evs, err
 }
 
-// DamagedEvents returns the gate's events that do not decode, their drawn
-// lines included (session.DamageReporter), from the read pool. Errors: as
-// Events'.
-func (s *Store) DamagedEvents(ctx context.Context, gate string) ([]session.DamagedEvent, error) {
-	_, damaged, err := s.poolEvents(ctx, gate, false)
+// EventsAndDamaged returns what Events returns and the gate's events that
+// do not decode, their drawn lines included (session.DamageReporter),
+// from the same reads. Errors: as Events'.
+func (s *Store) EventsAndDamaged(ctx context.Context, gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
+	evs, damaged, err := s.poolEvents(ctx, gate)
 	slices.SortFunc(damaged, func(a, b session.DamagedEvent) int { return strings.Compare(a.ID, b.ID) })
-	return damaged, err
+	return evs, damaged, err
 }
 
 // poolEvents reads the gate's events from the read pool: those that
-// decode, sorted by start, with their lines (keep) or with their lines
-// only checked, and those that do not, each logged.
-func (s *Store) poolEvents(ctx context.Context, gate string, keep bool) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
+// decode, sorted by start, with their lines, and those that do not (a line that does not decode
+// leaves its event out, which reads as started: it holds nothing), each
+// logged.
+func (s *Store) poolEvents(ctx context.Context, gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
 	if !session.ValidGateName(gate) {
 		return nil, nil, session.Errorf(session.CodeInvalidArgument, "sqlite: events: gate name %q", gate)
 	}
@@ -229,8 +227,8 @@ func (s *Store) poolEvents(ctx context.Context, gate string, keep bool) ([]sessi
 		return v, err == nil, err
 	}, func(id string, damage error) {
 		s.logDamagedEvent(gate, damage)
-		damaged = append(damaged, session.DamagedEvent{ID: id, Err: damage.Error()}) // started: holds nothing
-	}, keep)
+		damaged = append(damaged, session.DamagedEvent{ID: id, Err: damage.Error()})
+	}, true)
 	if err != nil {
 		return nil, nil, s.readErr("events", err)
 	}
@@ -360,9 +358,10 @@ func (s *Store) readEvents(gate string, onDamaged func(err error, id string, raw
 // FirstPosition, whose rows are moved to their new positions (deleted,
 // then inserted: (gate, position) is the table's key), with an
 // EventReordered each and one EventLaunched. Errors: a
-// session.CodeEventNotFound error, session.ErrInvalidArgument,
-// session.ErrUnavailable after Close, the context's error, a
-// session.CodeInternal error on storage failure.
+// session.CodeEventNotFound error, a session.CodeEventLocked error when
+// its row (or its drawn line) does not decode (session.EventDamaged),
+// session.ErrInvalidArgument, session.ErrUnavailable after Close, the
+// context's error, a session.CodeInternal error on storage failure.
 func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time) (session.ScheduledEvent, bool, error) {
 	if !session.ValidGateName(id) {
 		return session.ScheduledEvent{}, false, session.Errorf(session.CodeInvalidArgument, "sqlite: advance event: id %q", id)

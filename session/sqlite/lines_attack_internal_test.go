@@ -139,3 +139,36 @@ func TestADamagedLineIsLeftOutEverywhereAlike(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, rep.Promoted, "the writer applied the overrides of an event memory left out (limit 3, not 1)")
 }
+
+// A started event whose line does not decode is left out by the writer,
+// which then decides with the ops' own configuration; deleting the event
+// (its JSON decodes: the normal path) reads the gate's events again, so
+// that the stored runtime settings decide once more. They used to stay
+// ignored until the gate's entry was read again (a restart, a failed
+// batch): a join carrying a stale limit got in past the stored one. From
+// a review.
+func TestDeletingAnEventWithADamagedLineRestoresTheStoredSettings(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.db")
+	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ctx, held := context.Background(), sessiontest.GateConfig("default", 1)
+	require.NoError(t, s.SaveGateSettings(ctx, "default", &held))
+	startLaunch(t, s, 0) // nobody waiting: every join below decides by its limit alone
+	require.NoError(t, s.Close())
+	rawExec(t, path, `UPDATE meta SET value = x'02' WHERE key = 'gate_event_lines/default/drop'`)
+
+	s, err = Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	stale := sessiontest.GateConfig("default", 50) // what a caller read before the settings were saved
+	got, err := s.Join(ctx, stale, "x1", epoch.Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, session.StatusActive, got.Status)
+	got, err = s.Join(ctx, stale, "x1b", epoch.Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, session.StatusActive, got.Status, "the event left out: the op's own limit (50) decides, not the stored one (1)")
+	require.NoError(t, s.DeleteEvent(ctx, "default", "drop"))
+	got, err = s.Join(ctx, stale, "x2", epoch.Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, session.StatusWaiting, got.Status, "decided with the stored limit (1) again, not the op's (50)")
+}

@@ -9,7 +9,8 @@ import (
 )
 
 // The statements of a gate's removal (rare: not kept prepared). The events
-// are the meta rows in eventRange; the settings row is settingsPrefix+gate.
+// are the meta rows in eventRange, their drawn lines those in lineRange;
+// the settings row is settingsPrefix+gate.
 const (
 	sqlDeleteGateEvents = `DELETE FROM meta WHERE key >= ? AND key < ?`
 	sqlDeleteGateCodes  = `DELETE FROM priority_codes WHERE gate = ?`

@@ -1,0 +1,80 @@
+package session_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
+	"github.com/anteroomhq/anteroom/session/sqlite"
+)
+
+// flakyEvents is a Store whose reads of a gate's events fail while fail is
+// set: the read after a change the Waitlist made in it.
+type flakyEvents struct {
+	*sqlite.Store
+	fail atomic.Bool
+}
+
+func (f *flakyEvents) EventsAndDamaged(ctx context.Context, gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
+	if f.fail.Load() {
+		return nil, nil, errors.New("a read pool hiccup")
+	}
+	return f.Store.EventsAndDamaged(ctx, gate)
+}
+
+// A damaged event is deleted through the Waitlist, and the read of the
+// gate's events after the delete fails: the delete stands (it is not
+// reported as failed: a retry would answer event_not_found), and the next
+// sweep reads the events again, so that memory does not hold the gate for
+// a deleted event. Memory used to keep the hold until a restart on SQLite.
+func TestAFailedReadAfterADeleteIsReadAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.db")
+	ctx := context.Background()
+	quiet := sqlite.Options{Logger: slog.New(slog.DiscardHandler)}
+	st, err := sqlite.Open(path, quiet)
+	require.NoError(t, err)
+	clock := sessiontest.NewClock(sessiontest.Epoch)
+	_, err = st.SaveEvent(ctx, session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: clock.Now().Add(time.Hour),
+		StartsAt: clock.Now().Add(2 * time.Hour), Seed: make([]byte, session.LotterySeedSize)})
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = db.Exec(`UPDATE meta SET value = '{"phase":"paused"}' WHERE key = 'gate_events/default/drop'`)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	st, err = sqlite.Open(path, quiet)
+	require.NoError(t, err)
+	flaky := &flakyEvents{Store: st}
+	w, err := session.New(ctx, flaky, []session.GateConfig{sessiontest.GateConfig("default", 2)},
+		session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1, Logger: quiet.Logger})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	stats, err := w.Stats("default")
+	require.NoError(t, err)
+	require.Len(t, stats.DamagedEvents, 1)
+	require.Equal(t, session.ModeQueueAll, stats.Effective.Mode, "held")
+
+	flaky.fail.Store(true)
+	require.NoError(t, w.RemoveEvent(ctx, "default", "drop"), "the delete stands")
+	flaky.fail.Store(false)
+	require.NoError(t, w.Sweep(ctx))
+	stats, err = w.Stats("default")
+	require.NoError(t, err)
+	assert.Empty(t, stats.DamagedEvents, "read again at the sweep")
+	assert.True(t, stats.Effective.Mode.Admits(), "no longer held: %q", stats.Effective.Mode)
+	v, err := w.Join(ctx, "default", "a")
+	require.NoError(t, err)
+	assert.Equal(t, session.StatusActive, v.Status)
+}
