@@ -137,19 +137,9 @@ func TestRunStartsOverDamagedStoredRows(t *testing.T) {
 
 	join := func(cookie string) (string, string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, "http://"+r.addr+"/anteroom/api/join", nil)
-		require.NoError(t, err)
-		if cookie != "" {
-			req.Header.Set("Cookie", cookie)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		var v map[string]any
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
-		if c := resp.Cookies(); len(c) == 1 {
-			cookie = c[0].Name + "=" + c[0].Value
+		v, set := postJoin(t, r.addr, cookie)
+		if set != "" {
+			cookie = set
 		}
 		return v["status"].(string), cookie
 	}

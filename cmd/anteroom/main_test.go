@@ -63,6 +63,28 @@ func start(t *testing.T, environ []string) *running {
 	return nil
 }
 
+// postJoin joins the default gate at addr with cookie (none when empty)
+// and returns the answer and the cookie it sets ("" for none).
+func postJoin(t *testing.T, addr, cookie string) (map[string]any, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/anteroom/api/join", nil)
+	require.NoError(t, err)
+	if cookie != "" {
+		req.Header.Set("Cookie", cookie)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var v map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+	set := ""
+	if c := resp.Cookies(); len(c) == 1 {
+		set = c[0].Name + "=" + c[0].Value
+	}
+	return v, set
+}
+
 func getJSON(t *testing.T, url string) (int, map[string]any) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -107,20 +129,9 @@ func TestRunKeepsSessionsAcrossRestarts(t *testing.T) {
 	env := []string{"ANTEROOM_DATABASE=" + db, "ANTEROOM_GATES_DEFAULT_ACTIVE_LIMIT=1"}
 	r := start(t, env)
 	join := func(addr, cookie string) (map[string]any, string) {
-		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/anteroom/api/join", nil)
-		require.NoError(t, err)
-		if cookie != "" {
-			req.Header.Set("Cookie", cookie)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		var v map[string]any
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
-		c := resp.Cookies()
-		require.Len(t, c, 1)
-		return v, c[0].Name + "=" + c[0].Value
+		v, set := postJoin(t, addr, cookie)
+		require.NotEmpty(t, set, "the session cookie")
+		return v, set
 	}
 	first, firstCookie := join(r.addr, "")
 	second, secondCookie := join(r.addr, "")

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -47,15 +45,7 @@ func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b := newBrowser(t)
-	op := b.newUser(t, "operator")
-	op.open(srv.url + basePath + "/admin/")
-	op.waitVisible("token")
-	op.call("enter the token", func(ctx context.Context) error {
-		return chromedp.Do(ctx,
-			chromedp.SendKeys(chromedp.CSS("#token"), dashboardToken),
-			chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)))
-	})
+	op := openDashboard(t, newBrowser(t), srv)
 	op.waitFor("the hold shown, naming the event", text(`.note`)+`.startsWith('Held: stored event "drop" does not decode')
   && `+text(`.mode`)+` === 'queue_all'`)
 	writePNG(t, screenshotDir(t), "dashboard_damaged.png", fullScreenshot(op))

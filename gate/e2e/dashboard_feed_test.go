@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
 
 	"github.com/anteroomhq/anteroom/gate"
@@ -63,15 +62,7 @@ func TestDashboardFallsBackToPolling(t *testing.T) {
 		}
 	}()
 
-	b := newBrowser(t)
-	op := b.newUser(t, "operator")
-	op.open(srv.url + basePath + "/admin/")
-	op.waitVisible("token")
-	op.call("enter the token", func(ctx context.Context) error {
-		return chromedp.Do(ctx,
-			chromedp.SendKeys(chromedp.CSS("#token"), dashboardToken),
-			chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)))
-	})
+	op := openDashboard(t, newBrowser(t), srv)
 	op.waitFor("polling, the feed refused", `document.getElementById('live').dataset.via === 'poll'
   && /polling/.test(document.getElementById('live').textContent)
   && `+text(`.barlabel`)+`.startsWith('Active 0 of 1')`)

@@ -240,6 +240,21 @@ func TestDashboardSteersTheGate(t *testing.T) {
 	op.requireNoProblems()
 }
 
+// openDashboard opens the sidecar's dashboard in b as the operator and
+// enters the admin token (dashboardToken).
+func openDashboard(t *testing.T, b *browser, srv *sidecar) *user {
+	t.Helper()
+	op := b.newUser(t, "operator")
+	op.open(srv.url + basePath + "/admin/")
+	op.waitVisible("token")
+	op.call("enter the token", func(ctx context.Context) error {
+		return chromedp.Do(ctx,
+			chromedp.SendKeys(chromedp.CSS("#token"), dashboardToken),
+			chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)))
+	})
+	return op
+}
+
 func fullScreenshot(u *user) []byte {
 	u.t.Helper()
 	var png []byte

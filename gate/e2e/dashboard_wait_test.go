@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -21,15 +19,7 @@ func TestDashboardShowsWaitFigures(t *testing.T) {
 		ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute,
 	}, func(o *gate.Options) { o.AdminToken = dashboardToken })
 
-	b := newBrowser(t)
-	op := b.newUser(t, "operator")
-	op.open(srv.url + basePath + "/admin/")
-	op.waitVisible("token")
-	op.call("enter the token", func(ctx context.Context) error {
-		return chromedp.Do(ctx,
-			chromedp.SendKeys(chromedp.CSS("#token"), dashboardToken),
-			chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)))
-	})
+	op := openDashboard(t, newBrowser(t), srv)
 	stat := func(label string) string {
 		return `[...document.querySelectorAll('section[data-gate="default"] dl.stats > div')].find((d) => d.querySelector('dt').textContent === '` + label + `')`
 	}

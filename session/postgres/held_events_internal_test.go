@@ -35,15 +35,7 @@ func TestHeldEventsAreReadOncePerChange(t *testing.T) {
 	require.NoError(t, err)
 	defer admin.Close(ctx)
 
-	pos := make([]int64, 50_000)
-	for i := range pos {
-		pos[i] = int64(1_000 + i)
-	}
-	ev := session.ScheduledEvent{Gate: "g", ID: "drop", PrequeueAt: sessiontest.Epoch.Add(-2 * time.Hour),
-		StartsAt: sessiontest.Epoch.Add(-time.Hour), Phase: session.EventStarted, FirstPosition: 1_000, Positions: pos,
-		Seed: make([]byte, session.LotterySeedSize), StartedAt: sessiontest.Epoch.Add(-time.Hour)}
-	raw, err := session.EncodeStoredEvent(ev)
-	require.NoError(t, err)
+	_, raw := startedLaunchRow(t, 50_000, 1_000)
 	_, err = admin.Exec(ctx, `INSERT INTO anteroom_events (gate, id, event) VALUES ('g', 'drop', $1)`, raw)
 	require.NoError(t, err)
 	joins := func(tag string) {
@@ -222,15 +214,7 @@ func TestEventsReadEachRowOncePerChange(t *testing.T) {
 	require.NoError(t, err)
 	defer admin.Close(ctx)
 
-	pos := make([]int64, 50_000)
-	for i := range pos {
-		pos[i] = int64(1_000 + i)
-	}
-	ev := session.ScheduledEvent{Gate: "g", ID: "drop", PrequeueAt: sessiontest.Epoch.Add(-2 * time.Hour),
-		StartsAt: sessiontest.Epoch.Add(-time.Hour), Phase: session.EventStarted, FirstPosition: 1_000, Positions: pos,
-		Seed: make([]byte, session.LotterySeedSize), StartedAt: sessiontest.Epoch.Add(-time.Hour)}
-	raw, err := session.EncodeStoredEvent(ev)
-	require.NoError(t, err)
+	pos, raw := startedLaunchRow(t, 50_000, 1_000)
 	_, err = admin.Exec(ctx, `INSERT INTO anteroom_events (gate, id, event) VALUES ('g', 'drop', $1), ('g', 'bad', '{"phase":"bogus"}')`, raw)
 	require.NoError(t, err)
 
@@ -271,15 +255,7 @@ func BenchmarkEventsReloadOfALaunch(b *testing.B) {
 	s, err := Open(ctx, url, Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = s.Close() })
-	pos := make([]int64, 1_000_000)
-	for i := range pos {
-		pos[i] = int64(1_000_000 + i)
-	}
-	ev := session.ScheduledEvent{Gate: "g", ID: "drop", PrequeueAt: sessiontest.Epoch.Add(-2 * time.Hour),
-		StartsAt: sessiontest.Epoch.Add(-time.Hour), Phase: session.EventStarted, FirstPosition: 1_000_000, Positions: pos,
-		Seed: make([]byte, session.LotterySeedSize), StartedAt: sessiontest.Epoch.Add(-time.Hour)}
-	raw, err := session.EncodeStoredEvent(ev)
-	require.NoError(b, err)
+	pos, raw := startedLaunchRow(b, 1_000_000, 1_000_000)
 	_, err = s.pool.Exec(ctx, `INSERT INTO anteroom_events (gate, id, event) VALUES ('g', 'drop', $1)`, raw)
 	require.NoError(b, err)
 	b.ResetTimer()
@@ -322,4 +298,21 @@ func TestEventsCacheForgetsGates(t *testing.T) {
 	cfg.Mode = session.ModeReject
 	require.NoError(t, s.RemoveGate(ctx, cfg, sessiontest.Epoch))
 	assert.Nil(t, s.readCache.of("g"))
+}
+
+// startedLaunchRow returns the positions and the stored JSON of event
+// "drop" of gate "g", a launch started an hour before sessiontest.Epoch
+// with n entrants from position first on.
+func startedLaunchRow(tb testing.TB, n int, first int64) ([]int64, []byte) {
+	tb.Helper()
+	pos := make([]int64, n)
+	for i := range pos {
+		pos[i] = first + int64(i)
+	}
+	ev := session.ScheduledEvent{Gate: "g", ID: "drop", PrequeueAt: sessiontest.Epoch.Add(-2 * time.Hour),
+		StartsAt: sessiontest.Epoch.Add(-time.Hour), Phase: session.EventStarted, FirstPosition: first, Positions: pos,
+		Seed: make([]byte, session.LotterySeedSize), StartedAt: sessiontest.Epoch.Add(-time.Hour)}
+	raw, err := session.EncodeStoredEvent(ev)
+	require.NoError(tb, err)
+	return pos, raw
 }
