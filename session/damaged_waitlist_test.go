@@ -78,3 +78,59 @@ func TestAFailedReadAfterADeleteIsReadAgain(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, session.StatusActive, v.Status)
 }
+
+// pausingEvents is a Store whose next read of a gate's events, once armed,
+// reads, says so on read, and waits for release before it answers.
+type pausingEvents struct {
+	*sqlite.Store
+	armed   atomic.Bool
+	read    chan struct{}
+	release chan struct{}
+}
+
+func (p *pausingEvents) EventsAndDamaged(ctx context.Context, gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
+	evs, damaged, err := p.Store.EventsAndDamaged(ctx, gate)
+	if p.armed.CompareAndSwap(true, false) {
+		p.read <- struct{}{}
+		<-p.release
+	}
+	return evs, damaged, err
+}
+
+// A reload over a shared Store (every 2 s) reads a gate's events while an
+// admin removes one of them: the reload's answer, read before the removal,
+// must not put the removed event back into memory. It is dropped, and the
+// next sweep reads again.
+func TestAReloadDoesNotPutBackWhatAnAdminChangeTookAway(t *testing.T) {
+	ctx := context.Background()
+	quiet := sqlite.Options{Logger: slog.New(slog.DiscardHandler)}
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "r.db"), quiet)
+	require.NoError(t, err)
+	p := &pausingEvents{Store: st, read: make(chan struct{}), release: make(chan struct{})}
+	clock := sessiontest.NewClock(sessiontest.Epoch)
+	w, err := session.New(ctx, p, []session.GateConfig{sessiontest.GateConfig("default", 2)},
+		session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1, Logger: quiet.Logger,
+			Ready: func() error { return nil }}) // reload as over a shared Store
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	_, err = w.AddEvent(ctx, session.ScheduledEvent{Gate: "default", ID: "drop",
+		PrequeueAt: clock.Now().Add(time.Hour), StartsAt: clock.Now().Add(2 * time.Hour)})
+	require.NoError(t, err)
+
+	clock.Advance(5 * time.Second) // a reload is due
+	p.armed.Store(true)
+	swept := make(chan error, 1)
+	go func() { swept <- w.Sweep(ctx) }()
+	<-p.read // the reload read the event
+	require.NoError(t, w.RemoveEvent(ctx, "default", "drop"))
+	close(p.release)
+	require.NoError(t, <-swept)
+	evs, err := w.Events("default")
+	require.NoError(t, err)
+	assert.Empty(t, evs, "the removed event is not put back")
+
+	require.NoError(t, w.Sweep(ctx)) // the dropped reload is due again
+	evs, err = w.Events("default")
+	require.NoError(t, err)
+	assert.Empty(t, evs)
+}

@@ -30,6 +30,10 @@ type eventMemory struct {
 	// unread are the gates whose events a read after a change failed to
 	// put in memory (refreshEvents), under mu.
 	unread map[string]bool
+	// changes counts the changes of events this Waitlist made (its admin
+	// operations, under adminMu): a reload whose read one came between
+	// would put back what it changed, and is dropped.
+	changes atomic.Int64
 }
 
 // damagedOf returns the gate's damaged events (never written).
@@ -80,16 +84,27 @@ func (m *eventMemory) damagedHolds(gate string) bool {
 // the Store is a DamageReporter, its damaged events, which memory keeps.
 // Errors: the Store's.
 func (w *Waitlist) storeEvents(ctx context.Context, gate string) ([]ScheduledEvent, error) {
-	r, ok := w.store.(DamageReporter)
-	if !ok {
-		return w.store.Events(ctx, gate)
-	}
-	evs, damaged, err := r.EventsAndDamaged(ctx, gate)
+	evs, damaged, reported, err := w.readStoreEvents(ctx, gate)
 	if err != nil {
 		return nil, err
 	}
-	w.ev.setDamaged(gate, damaged)
+	if reported {
+		w.ev.setDamaged(gate, damaged)
+	}
 	return evs, nil
+}
+
+// readStoreEvents reads the gate's events from the Store, and with them,
+// when the Store is a DamageReporter (reported), its damaged events;
+// memory is left as it is. Errors: the Store's.
+func (w *Waitlist) readStoreEvents(ctx context.Context, gate string) (evs []ScheduledEvent, damaged []DamagedEvent, reported bool, err error) {
+	r, ok := w.store.(DamageReporter)
+	if !ok {
+		evs, err = w.store.Events(ctx, gate)
+		return evs, nil, false, err
+	}
+	evs, damaged, err = r.EventsAndDamaged(ctx, gate)
+	return evs, damaged, true, err
 }
 
 // refreshEvents puts the gate's events as stored in memory, after this
@@ -98,6 +113,7 @@ func (w *Waitlist) storeEvents(ctx context.Context, gate string) ([]ScheduledEve
 // AdvanceEvents: until then memory may show the events, and the hold of a
 // damaged one, as they were.
 func (w *Waitlist) refreshEvents(ctx context.Context, gate string) {
+	w.ev.changes.Add(1)
 	evs, err := w.storeEvents(ctx, gate)
 	if err != nil {
 		w.log.Warn("anteroom: reading a gate's events failed; read again at the next sweep", "gate", gate, "err", err)
@@ -435,6 +451,7 @@ func (w *Waitlist) saveEvent(ctx context.Context, ev ScheduledEvent, create bool
 	if err != nil {
 		return ScheduledEvent{}, err
 	}
+	w.ev.changes.Add(1)
 	w.ev.set(ev.Gate, replaceEvent(current, saved))
 	w.log.Info("anteroom: event scheduled", "gate", ev.Gate, "event", ev.ID, "prequeueAt", ev.PrequeueAt, "startsAt", ev.StartsAt, "shuffle", ev.Shuffle)
 	if saved.Due(now) {
@@ -538,31 +555,20 @@ func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 		if set.m[name] == nil {
 			continue // removed since
 		}
-		evs, err := w.storeEvents(ctx, name)
-		if err != nil {
+		if err := w.reloadEvents(ctx, name, true); err != nil {
 			w.ev.markUnread(name)
 			if first == nil {
 				first = err
 			}
-			continue
 		}
-		w.ev.set(name, evs)
 	}
 	if w.ready != nil && (w.ev.stale.Load() || now.UnixNano()-w.ev.loadedAt.Load() >= int64(eventsReload)) {
 		w.ev.stale.Store(false)
 		w.ev.loadedAt.Store(now.UnixNano())
 		for _, name := range set.names {
-			evs, err := w.storeEvents(ctx, name)
-			if err != nil {
-				if first == nil {
-					first = err
-				}
-				continue
+			if err := w.reloadEvents(ctx, name, false); err != nil && first == nil {
+				first = err
 			}
-			for _, e := range evs {
-				w.ev.put(e)
-			}
-			w.dropRemoved(name, evs)
 		}
 	}
 	for _, name := range set.names {
@@ -571,6 +577,43 @@ func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 		}
 	}
 	return first
+}
+
+// reloadEvents reads the gate's events (and damaged events) from the Store
+// and puts them in memory: replacing memory's (replace), or event by event
+// where memory holds a later phase (put: another instance's transition may
+// have reached memory first) and forgetting those the Store no longer has.
+// The read runs outside adminMu, so that a slow Store does not hold up the
+// admin operations; the put runs under it, and is dropped when an admin
+// change of events came between (it would put back what that change took
+// away), the reload marked due again. Errors: the Store's.
+func (w *Waitlist) reloadEvents(ctx context.Context, gate string, replace bool) error {
+	changes := w.ev.changes.Load()
+	evs, damaged, reported, err := w.readStoreEvents(ctx, gate)
+	if err != nil {
+		return err
+	}
+	w.adminMu.Lock()
+	defer w.adminMu.Unlock()
+	if w.ev.changes.Load() != changes {
+		w.ev.stale.Store(true)
+		if replace {
+			w.ev.markUnread(gate)
+		}
+		return nil
+	}
+	if replace {
+		w.ev.set(gate, evs)
+	} else {
+		for _, e := range evs {
+			w.ev.put(e)
+		}
+		w.dropRemoved(gate, evs)
+	}
+	if reported {
+		w.ev.setDamaged(gate, damaged)
+	}
+	return nil
 }
 
 // dropRemoved forgets the events of gate that the store no longer has.
