@@ -79,22 +79,58 @@ func TestAFailedReadAfterADeleteIsReadAgain(t *testing.T) {
 	assert.Equal(t, session.StatusActive, v.Status)
 }
 
-// pausingEvents is a Store whose next read of a gate's events, once armed,
+// pausingEvents is a Store whose next read of gate's events, once armed,
 // reads, says so on read, and waits for release before it answers.
 type pausingEvents struct {
 	*sqlite.Store
+	gate    string
 	armed   atomic.Bool
 	read    chan struct{}
 	release chan struct{}
 }
 
+func newPausingEvents(t *testing.T, gate string) *pausingEvents {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "r.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	return &pausingEvents{Store: st, gate: gate, read: make(chan struct{}), release: make(chan struct{})}
+}
+
 func (p *pausingEvents) EventsAndDamaged(ctx context.Context, gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
 	evs, damaged, err := p.Store.EventsAndDamaged(ctx, gate)
-	if p.armed.CompareAndSwap(true, false) {
+	if gate == p.gate && p.armed.CompareAndSwap(true, false) {
 		p.read <- struct{}{}
 		<-p.release
 	}
 	return evs, damaged, err
+}
+
+// sweepPaused starts a sweep of w whose reload of p.gate's events pauses
+// after its read, and returns once it read; the sweep's error comes on
+// the channel after release.
+func sweepPaused(t *testing.T, w *session.Waitlist, p *pausingEvents) <-chan error {
+	t.Helper()
+	p.armed.Store(true)
+	swept := make(chan error, 1)
+	go func() { swept <- w.Sweep(context.Background()) }()
+	select {
+	case <-p.read:
+	case err := <-swept:
+		t.Fatalf("the sweep ended without reading the gate's events: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sweep did not read the gate's events in 10 s")
+	}
+	return swept
+}
+
+// sharedLike starts a Waitlist over p that reloads its events as over a
+// shared Store (Options.Ready set), on a fake clock.
+func sharedLike(t *testing.T, p *pausingEvents, gates ...session.GateConfig) (*session.Waitlist, *sessiontest.Clock) {
+	clock := sessiontest.NewClock(sessiontest.Epoch)
+	w, err := session.New(context.Background(), p, gates, session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1,
+		Logger: slog.New(slog.DiscardHandler), Ready: func() error { return nil }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return w, clock
 }
 
 // A reload over a shared Store (every 2 s) reads a gate's events while an
@@ -103,25 +139,14 @@ func (p *pausingEvents) EventsAndDamaged(ctx context.Context, gate string) ([]se
 // next sweep reads again.
 func TestAReloadDoesNotPutBackWhatAnAdminChangeTookAway(t *testing.T) {
 	ctx := context.Background()
-	quiet := sqlite.Options{Logger: slog.New(slog.DiscardHandler)}
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "r.db"), quiet)
-	require.NoError(t, err)
-	p := &pausingEvents{Store: st, read: make(chan struct{}), release: make(chan struct{})}
-	clock := sessiontest.NewClock(sessiontest.Epoch)
-	w, err := session.New(ctx, p, []session.GateConfig{sessiontest.GateConfig("default", 2)},
-		session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1, Logger: quiet.Logger,
-			Ready: func() error { return nil }}) // reload as over a shared Store
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = w.Close() })
-	_, err = w.AddEvent(ctx, session.ScheduledEvent{Gate: "default", ID: "drop",
+	p := newPausingEvents(t, "default")
+	w, clock := sharedLike(t, p, sessiontest.GateConfig("default", 2))
+	_, err := w.AddEvent(ctx, session.ScheduledEvent{Gate: "default", ID: "drop",
 		PrequeueAt: clock.Now().Add(time.Hour), StartsAt: clock.Now().Add(2 * time.Hour)})
 	require.NoError(t, err)
 
 	clock.Advance(5 * time.Second) // a reload is due
-	p.armed.Store(true)
-	swept := make(chan error, 1)
-	go func() { swept <- w.Sweep(ctx) }()
-	<-p.read // the reload read the event
+	swept := sweepPaused(t, w, p)  // it read the event
 	require.NoError(t, w.RemoveEvent(ctx, "default", "drop"))
 	close(p.release)
 	require.NoError(t, <-swept)
@@ -129,8 +154,31 @@ func TestAReloadDoesNotPutBackWhatAnAdminChangeTookAway(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, evs, "the removed event is not put back")
 
-	require.NoError(t, w.Sweep(ctx)) // the dropped reload is due again
+	require.NoError(t, w.Sweep(ctx)) // the dropped reload is read again
 	evs, err = w.Events("default")
 	require.NoError(t, err)
 	assert.Empty(t, evs)
+}
+
+// A reload reads a gate's events while an admin removes the gate: the
+// reload's answer must not put the removed gate's events back into memory
+// (where a gate of that name added again on another instance, whose
+// following does not set events, would keep a started one's overrides).
+// From a review.
+func TestAReloadDoesNotPutBackARemovedGatesEvents(t *testing.T) {
+	ctx := context.Background()
+	p := newPausingEvents(t, "x")
+	w, clock := sharedLike(t, p, sessiontest.GateConfig("default", 2))
+	require.NoError(t, w.AddGate(ctx, sessiontest.GateConfig("x", 2)))
+	_, err := w.AddEvent(ctx, session.ScheduledEvent{Gate: "x", ID: "e",
+		PrequeueAt: clock.Now().Add(time.Hour), StartsAt: clock.Now().Add(2 * time.Hour)})
+	require.NoError(t, err)
+
+	clock.Advance(5 * time.Second)
+	swept := sweepPaused(t, w, p)
+	require.NoError(t, w.RemoveGate(ctx, "x"))
+	require.Empty(t, w.EventsInMemory("x"))
+	close(p.release)
+	require.NoError(t, <-swept)
+	assert.Empty(t, w.EventsInMemory("x"), "the removed gate's events are not put back")
 }

@@ -48,6 +48,11 @@ func (m *eventMemory) damagedOf(gate string) []DamagedEvent {
 func (m *eventMemory) setDamaged(gate string, list []DamagedEvent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.setDamagedLocked(gate, list)
+}
+
+// setDamagedLocked is setDamaged with mu held.
+func (m *eventMemory) setDamagedLocked(gate string, list []DamagedEvent) {
 	old := m.damaged.Load()
 	if old == nil && len(list) == 0 {
 		return
@@ -230,6 +235,11 @@ func phaseRank(p EventPhase) int {
 func (m *eventMemory) put(ev ScheduledEvent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.putLocked(ev)
+}
+
+// putLocked is put with mu held.
+func (m *eventMemory) putLocked(ev ScheduledEvent) {
 	cur := m.of(ev.Gate)
 	evs := make([]ScheduledEvent, 0, len(cur)+1)
 	for _, e := range cur {
@@ -551,11 +561,11 @@ func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 	now := w.clock.Now()
 	var first error
 	set := w.set.Load()
-	for _, name := range w.ev.takeUnread() { // a read after a change failed (refreshEvents)
-		if set.m[name] == nil {
+	for _, name := range w.ev.takeUnread() { // a read after a change failed, or was overtaken
+		if w.lookup(name) == nil {
 			continue // removed since
 		}
-		if err := w.reloadEvents(ctx, name, true); err != nil {
+		if err := w.reloadEvents(ctx, name); err != nil {
 			w.ev.markUnread(name)
 			if first == nil {
 				first = err
@@ -566,7 +576,7 @@ func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 		w.ev.stale.Store(false)
 		w.ev.loadedAt.Store(now.UnixNano())
 		for _, name := range set.names {
-			if err := w.reloadEvents(ctx, name, false); err != nil && first == nil {
+			if err := w.reloadEvents(ctx, name); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -579,50 +589,33 @@ func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 	return first
 }
 
-// reloadEvents reads the gate's events (and damaged events) from the Store
-// and puts them in memory: replacing memory's (replace), or event by event
-// where memory holds a later phase (put: another instance's transition may
-// have reached memory first) and forgetting those the Store no longer has.
-// The read runs outside adminMu, so that a slow Store does not hold up the
-// admin operations; the put runs under it, and is dropped when an admin
-// change of events came between (it would put back what that change took
-// away), the reload marked due again. Errors: the Store's.
-func (w *Waitlist) reloadEvents(ctx context.Context, gate string, replace bool) error {
+// reloadEvents reads the gate's events (and damaged events) from the
+// Store and puts them in memory (eventMemory.applyRead). The read takes
+// no lock, so that a slow Store holds up neither the admin operations nor
+// the sweeper; a read overtaken by an admin change of events is dropped
+// and marked to be read again at the next AdvanceEvents. Errors: the
+// Store's.
+func (w *Waitlist) reloadEvents(ctx context.Context, gate string) error {
 	changes := w.ev.changes.Load()
 	evs, damaged, reported, err := w.readStoreEvents(ctx, gate)
 	if err != nil {
 		return err
 	}
-	w.adminMu.Lock()
-	defer w.adminMu.Unlock()
-	if w.ev.changes.Load() != changes {
-		w.ev.stale.Store(true)
-		if replace {
-			w.ev.markUnread(gate)
-		}
-		return nil
-	}
-	if replace {
-		w.ev.set(gate, evs)
-	} else {
-		for _, e := range evs {
-			w.ev.put(e)
-		}
-		w.dropRemoved(gate, evs)
-	}
-	if reported {
-		w.ev.setDamaged(gate, damaged)
+	present := func() bool { return w.lookup(gate) != nil }
+	if applied, gone := w.ev.applyRead(gate, changes, present, evs, damaged, reported); !applied && !gone {
+		w.ev.markUnread(gate)
 	}
 	return nil
 }
 
-// dropRemoved forgets the events of gate that the store no longer has.
-func (w *Waitlist) dropRemoved(gate string, stored []ScheduledEvent) {
+// dropRemovedLocked forgets the events of gate that the store no longer
+// has (stored is what it has), with mu held.
+func (m *eventMemory) dropRemovedLocked(gate string, stored []ScheduledEvent) {
 	keep := make(map[string]bool, len(stored))
 	for _, e := range stored {
 		keep[e.ID] = true
 	}
-	cur := w.ev.of(gate)
+	cur := m.of(gate)
 	out := make([]ScheduledEvent, 0, len(cur))
 	for _, e := range cur {
 		if keep[e.ID] {
@@ -630,8 +623,35 @@ func (w *Waitlist) dropRemoved(gate string, stored []ScheduledEvent) {
 		}
 	}
 	if len(out) != len(cur) {
-		w.ev.set(gate, out)
+		m.setLocked(gate, out)
 	}
+}
+
+// applyRead puts a read of the gate's events (and, when reported, its
+// damaged events) in memory, event by event where memory holds a later
+// phase (put: a transition may have reached memory first), forgetting
+// those the Store no longer has; unless, checked under mu with the put,
+// the gate is gone from the gate set (present false: removed since the
+// read) or memory's events changed since the read (changes moved: an admin
+// change came between, which the older read would undo). It reports
+// whether it put them, and gone when the gate is gone.
+func (m *eventMemory) applyRead(gate string, changes int64, present func() bool, evs []ScheduledEvent, damaged []DamagedEvent, reported bool) (applied, gone bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !present() {
+		return false, true
+	}
+	if m.changes.Load() != changes {
+		return false, false
+	}
+	for _, e := range evs {
+		m.putLocked(e)
+	}
+	m.dropRemovedLocked(gate, evs)
+	if reported {
+		m.setDamagedLocked(gate, damaged)
+	}
+	return true, false
 }
 
 // joinEvents runs the transitions due before a join at now, so that nobody

@@ -22,3 +22,7 @@ func (w *Waitlist) GlobalRecounted(gate string) (GlobalView, error) {
 
 // SameEvent is sameEvent, for the tests of session_test.
 var SameEvent = sameEvent
+
+// EventsInMemory is memory's events of gate, also of a gate no longer in
+// the gate set.
+func (w *Waitlist) EventsInMemory(gate string) []ScheduledEvent { return w.ev.of(gate) }
