@@ -168,20 +168,36 @@ func isExecutable(p string) bool {
 
 var pgbenchTPS = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
+// pgbenchNone is pgbench's report of a run that committed nothing: its
+// clients spent the whole duration connecting (a smoke run's one second,
+// on a loaded machine); it then prints no tps.
+var pgbenchNone = regexp.MustCompile(`number of transactions actually processed: 0\b`)
+
+// pgbenchTries bounds runPgbench's runs that commit nothing; each doubles
+// the duration of the one before.
+const pgbenchTries = 4
+
 // runPgbench runs pgbench's script on db for secs seconds and returns its
-// transactions per second (without the connection time).
+// transactions per second (without the connection time). A run that
+// committed nothing is run again, twice as long, up to pgbenchTries runs.
 func runPgbench(ctx context.Context, bin, db, script string, clients, secs int) (float64, error) {
-	cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-f", script,
-		"-c", strconv.Itoa(clients), "-j", "2", "-T", strconv.Itoa(secs), db)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
+	var out []byte
+	for try := range pgbenchTries {
+		cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-f", script,
+			"-c", strconv.Itoa(clients), "-j", "2", "-T", strconv.Itoa(secs<<try), db)
+		var err error
+		out, err = cmd.CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
+		}
+		if m := pgbenchTPS.FindSubmatch(out); m != nil {
+			return strconv.ParseFloat(string(m[1]), 64)
+		}
+		if !pgbenchNone.Match(out) {
+			break
+		}
 	}
-	m := pgbenchTPS.FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("pgbench: no tps in its output:\n%s", out)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
+	return 0, fmt.Errorf("pgbench: no tps in its output:\n%s", out)
 }
 
 // child is a process of this binary (-serve or -ws-worker).
