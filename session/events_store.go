@@ -56,6 +56,12 @@ type DamagedEvent struct {
 	Err string
 }
 
+// NewDamagedEvent is the DamagedEvent of the stored row raw of event id,
+// which DecodeStoredEvent refused with damage.
+func NewDamagedEvent(id string, raw []byte, damage error) DamagedEvent {
+	return DamagedEvent{ID: id, Holds: DamagedEventHolds(id, raw), Err: damage.Error()}
+}
+
 // DamageReporter is implemented by a Store that reports the events it
 // leaves out for damage, so that memory shows (and holds) what its
 // writer does. Both stores of this module are one (the shared suite's

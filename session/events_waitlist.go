@@ -113,7 +113,7 @@ func (w *Waitlist) readStoreEvents(ctx context.Context, gate string) (evs []Sche
 }
 
 // refreshEvents puts the gate's events as stored in memory, after this
-// Waitlist changed them in the Store or loaded them. A failed read is
+// Waitlist changed them in the Store (RemoveEvent). A failed read is
 // logged, not returned (the change was made), and read again by the next
 // AdvanceEvents: until then memory may show the events, and the hold of a
 // damaged one, as they were.
@@ -262,7 +262,7 @@ func (w *Waitlist) opConfig(g *gateMemory, now time.Time) GateConfig {
 	if evs := w.ev.of(cfg.Name); len(evs) > 0 {
 		cfg = EventConfig(cfg, evs, now)
 	}
-	if w.ev.damaged.Load() != nil && w.ev.damagedHolds(cfg.Name) {
+	if w.ev.damagedHolds(cfg.Name) { // one atomic load while no gate has a damaged event
 		cfg = PrequeueHold(cfg, nil, true)
 	}
 	return cfg
@@ -276,9 +276,7 @@ func (w *Waitlist) opConfig(g *gateMemory, now time.Time) GateConfig {
 func (w *Waitlist) initEvents(ctx context.Context, snaps map[string]GateSnapshot, configured []ScheduledEvent) error {
 	for name, snap := range snaps {
 		w.ev.set(name, append([]ScheduledEvent(nil), snap.Events...))
-		if _, ok := w.store.(DamageReporter); ok {
-			w.refreshEvents(ctx, name) // and its damaged events, which Load does not give
-		}
+		w.ev.setDamaged(name, snap.DamagedEvents)
 	}
 	now := w.clock.Now()
 	for _, ev := range configured {

@@ -141,13 +141,9 @@ func (w *Waitlist) AddGate(ctx context.Context, cfg GateConfig) error {
 	}
 	g := w.newGateMemory(cfg, snaps[cfg.Name])
 	w.ev.set(cfg.Name, append([]ScheduledEvent(nil), snaps[cfg.Name].Events...))
+	w.ev.setDamaged(cfg.Name, snaps[cfg.Name].DamagedEvents)
 	g.runtime.Store(true)
 	w.swapSet(func(old *gateSet) *gateSet { return old.with(cfg.Name, g) })
-	if _, ok := w.store.(DamageReporter); ok {
-		// Its damaged events, which Load does not give; once in the gate
-		// set, so that a failed read's retry finds the gate.
-		w.refreshEvents(ctx, cfg.Name)
-	}
 	w.log.Info("anteroom: gate added at runtime", "gate", cfg.Name, "settings", cfg.String())
 	if w.pub != nil {
 		w.pub.PublishGlobal(*g.view.Load())

@@ -125,8 +125,11 @@ type GateSnapshot struct {
 	// Settings are the gate's persisted runtime settings (SaveGateSettings),
 	// nil when never saved or forgotten.
 	Settings *GateConfig
-	// Events are the gate's scheduled events (EventStore.Events).
-	Events []ScheduledEvent
+	// Events are the gate's scheduled events (EventStore.Events), and
+	// DamagedEvents those whose rows do not decode, sorted by id, from a
+	// Store that is a DamageReporter.
+	Events        []ScheduledEvent
+	DamagedEvents []DamagedEvent
 }
 
 // Touch is one coalesced sign of life (see DecideTouch).

@@ -331,11 +331,11 @@ func (c *eventCache) set(gate string, evs map[string]heldEvent, now time.Time) {
 // loadEvents adds each gate's events to its snapshot (Load).
 func (s *Store) loadEvents(ctx context.Context, snaps map[string]session.GateSnapshot) error {
 	for name, snap := range snaps {
-		evs, err := s.Events(ctx, name)
+		evs, damaged, err := s.EventsAndDamaged(ctx, name)
 		if err != nil {
 			return err
 		}
-		snap.Events = evs
+		snap.Events, snap.DamagedEvents = evs, damaged
 		snaps[name] = snap
 	}
 	return nil

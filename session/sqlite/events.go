@@ -168,7 +168,7 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 // left out. Errors: session.ErrInvalidArgument, session.ErrUnavailable
 // after Close, a session.CodeInternal error on storage failure.
 func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEvent, error) {
-	evs, _, err := s.poolEvents(ctx, gate)
+	evs, _, err := s.EventsAndDamaged(ctx, gate)
 	return evs, err
 }
 
@@ -176,76 +176,87 @@ func (s *Store) Events(ctx context.Context, gate string) ([]session.ScheduledEve
 // do not decode, their drawn lines included (session.DamageReporter),
 // from the same reads. Errors: as Events'.
 func (s *Store) EventsAndDamaged(ctx context.Context, gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
-	evs, damaged, err := s.poolEvents(ctx, gate)
-	slices.SortFunc(damaged, func(a, b session.DamagedEvent) int { return strings.Compare(a.ID, b.ID) })
-	return evs, damaged, err
-}
-
-// poolEvents reads the gate's events from the read pool: those that
-// decode, sorted by start, with their lines, and those that do not (a line that does not decode
-// leaves its event out, which reads as started: it holds nothing), each
-// logged.
-func (s *Store) poolEvents(ctx context.Context, gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
 	if !session.ValidGateName(gate) {
 		return nil, nil, session.Errorf(session.CodeInvalidArgument, "sqlite: events: gate name %q", gate)
 	}
 	if s.closed.Load() {
 		return nil, nil, session.ErrUnavailable
 	}
-	lo, hi := eventRange(gate)
-	rows, err := s.readDB.QueryContext(ctx, sqlGateEvents, lo, hi)
-	if err != nil {
-		return nil, nil, s.readErr("events", err)
-	}
-	defer rows.Close()
-	var out []session.ScheduledEvent
-	var damaged []session.DamagedEvent
-	for rows.Next() {
-		var key string
-		var val []byte
-		if err := rows.Scan(&key, &val); err != nil {
-			return nil, nil, s.readErr("events", err)
-		}
-		id := strings.TrimPrefix(key, lo)
-		ev, damage := session.DecodeStoredEvent(gate, id, val)
-		if damage != nil {
-			s.logDamagedEvent(gate, damage)
-			damaged = append(damaged, session.DamagedEvent{ID: id, Holds: session.DamagedEventHolds(id, val), Err: damage.Error()})
-			continue
-		}
-		out = append(out, ev)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, s.readErr("events", err)
-	}
-	out, err = withLines(out, func(key string) ([]byte, bool, error) {
+	evs, damaged, err := s.eventsWithLines(gate, func(onDamaged func(error, string, []byte)) ([]session.ScheduledEvent, error) {
+		return s.poolReadEvents(ctx, gate, onDamaged)
+	}, func(key string) ([]byte, bool, error) {
 		var v []byte
 		err := s.readDB.QueryRowContext(ctx, sqlSelectMeta, key).Scan(&v)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, false, nil
 		}
 		return v, err == nil, err
-	}, func(id string, damage error) {
-		s.logDamagedEvent(gate, damage)
-		damaged = append(damaged, session.DamagedEvent{ID: id, Err: damage.Error()})
-	}, true)
+	})
 	if err != nil {
 		return nil, nil, s.readErr("events", err)
 	}
-	session.SortEvents(out)
-	return out, damaged, nil
+	return evs, damaged, nil
 }
 
-// eventsOf reads the gate's events, with their drawn lines, inside the
-// writer's transaction (Load); one that does not decode is
-// logged and left out, as every decision leaves it out (storedEvents).
-func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, error) {
-	onDamaged := func(_ string, damage error) { s.logDamagedEvent(gate, damage) }
-	evs, err := s.readEvents(gate, func(damage error, id string, _ []byte) { onDamaged(id, damage) })
+// poolReadEvents is readEvents on the read pool.
+func (s *Store) poolReadEvents(ctx context.Context, gate string, onDamaged func(err error, id string, raw []byte)) ([]session.ScheduledEvent, error) {
+	lo, hi := eventRange(gate)
+	rows, err := s.readDB.QueryContext(ctx, sqlGateEvents, lo, hi)
 	if err != nil {
 		return nil, err
 	}
-	return withLines(evs, s.writerMeta, onDamaged, true)
+	defer rows.Close()
+	var out []session.ScheduledEvent
+	for rows.Next() {
+		var key string
+		var val []byte
+		if err := rows.Scan(&key, &val); err != nil {
+			return nil, err
+		}
+		id := strings.TrimPrefix(key, lo)
+		ev, damage := session.DecodeStoredEvent(gate, id, val)
+		if damage != nil {
+			onDamaged(damage, id, val)
+			continue
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	session.SortEvents(out)
+	return out, nil
+}
+
+// eventsOf reads the gate's events, with their drawn lines, inside the
+// writer's transaction (Load); as eventsWithLines.
+func (s *Store) eventsOf(gate string) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
+	return s.eventsWithLines(gate, func(onDamaged func(error, string, []byte)) ([]session.ScheduledEvent, error) {
+		return s.readEvents(gate, onDamaged)
+	}, s.writerMeta)
+}
+
+// eventsWithLines reads the gate's events with read (readEvents on the
+// writer's connection, or poolReadEvents) and their drawn lines with get:
+// those that decode, sorted by start, with their lines; those that do not
+// (an event whose line does not decode reads as started, and holds
+// nothing), logged and left out, as every decision leaves them out
+// (storedEvents), sorted by id. Errors: read's and get's.
+func (s *Store) eventsWithLines(gate string, read func(onDamaged func(err error, id string, raw []byte)) ([]session.ScheduledEvent, error), get func(key string) ([]byte, bool, error)) ([]session.ScheduledEvent, []session.DamagedEvent, error) {
+	var damaged []session.DamagedEvent
+	evs, err := read(func(damage error, id string, raw []byte) {
+		s.logDamagedEvent(gate, damage)
+		damaged = append(damaged, session.NewDamagedEvent(id, raw, damage))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	evs, err = withLines(evs, get, func(id string, damage error) {
+		s.logDamagedEvent(gate, damage)
+		damaged = append(damaged, session.DamagedEvent{ID: id, Err: damage.Error()})
+	}, true)
+	slices.SortFunc(damaged, func(a, b session.DamagedEvent) int { return strings.Compare(a.ID, b.ID) })
+	return evs, damaged, err
 }
 
 // writerMeta reads a meta row inside the writer's transaction.

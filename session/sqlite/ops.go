@@ -445,7 +445,7 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 			return err
 		}
 		snap := session.GateSnapshot{State: st, Active: active, Waiting: waiting}
-		if snap.Events, err = s.eventsOf(name); err != nil {
+		if snap.Events, snap.DamagedEvents, err = s.eventsOf(name); err != nil {
 			return err
 		}
 		if snap.PriorityWaiting, err = s.priorityPositions(name, e.mark); err != nil {
