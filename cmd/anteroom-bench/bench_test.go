@@ -279,8 +279,21 @@ func TestBulkSeedAndScaleScenarios(t *testing.T) {
 	dir := t.TempDir()
 	clock := sessiontest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	now := clock.Now()
-	l := bulkLayout{sessions: 500, active: 40, staleActive: 10, staleWaiting: 20}
+	l := bulkLayout{sessions: 500, active: 40, staleActive: 10, staleWaiting: 20, seenSpread: 15 * time.Second}
 	require.NoError(t, seedBulk(ctx, dir, l, now, now.Add(-time.Hour)))
+	// The live sessions' last signs of life are spread over seenSpread
+	// before now, as on a live file, not all at now.
+	db, err := sql.Open("sqlite", dsnOf(dbPath(dir)))
+	require.NoError(t, err)
+	var live, distinct int
+	var oldest, newest int64
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT last_active), min(last_active), max(last_active) FROM sessions WHERE last_active > ?`,
+		now.Add(-time.Minute).UnixNano()).Scan(&live, &distinct, &oldest, &newest))
+	require.NoError(t, db.Close())
+	assert.Equal(t, 500-10-20, live)
+	assert.Greater(t, distinct, live/2, "the live sessions are last seen at different times")
+	assert.GreaterOrEqual(t, oldest, now.Add(-l.seenSpread).UnixNano())
+	assert.LessOrEqual(t, newest, now.UnixNano())
 	var log sessiontest.LogBuffer
 	in, err := startInstance(ctx, instanceConfig{dir: dir, limit: int64(l.active), clock: clock, touchInterval: -1, sweepInterval: -1,
 		interval: time.Second, log: slog.New(slog.NewTextHandler(&log, nil))})

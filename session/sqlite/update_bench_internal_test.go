@@ -17,7 +17,9 @@ import (
 // million sessions where 1% are stale (5,000 idle active sessions at the
 // front, 5,000 gone waiters spread over the line; anteroom-bench's update
 // scenario without its joins), the store alone: what the update's own
-// statements and bookkeeping cost, with less noise than the scenario.
+// statements and bookkeeping cost, with less noise than the scenario. The
+// live sessions were last seen at random over the 15 s before, a quarter
+// of the waiting timeout, as on a live file (the flusher's spread).
 // Each iteration opens a fresh copy; only the Update is timed.
 //
 //	go test ./session/sqlite/ -run '^$' -bench UpdateAtAMillion -benchtime 8x
@@ -33,8 +35,8 @@ func BenchmarkUpdateAtAMillion(b *testing.B) {
 	rawExec(b, tmpl, fmt.Sprintf(`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < %[1]d)
 INSERT INTO sessions (gate, position, id, status, last_active, created_at)
 SELECT 'default', x, lower(hex(randomblob(11))), x <= %[2]d,
-       CASE WHEN x <= %[3]d OR (x > %[2]d AND (x - %[2]d) %% %[4]d = 0 AND (x - %[2]d) / %[4]d <= %[5]d) THEN %[6]d ELSE %[7]d END,
-       %[6]d FROM c`, n, active, staleActive, stride, staleWaiting, old, seen),
+       CASE WHEN x <= %[3]d OR (x > %[2]d AND (x - %[2]d) %% %[4]d = 0 AND (x - %[2]d) / %[4]d <= %[5]d) THEN %[6]d ELSE %[7]d - (random() & 1099511627775) %% %[8]d END,
+       %[6]d FROM c`, n, active, staleActive, stride, staleWaiting, old, seen, (15 * time.Second).Nanoseconds()),
 		fmt.Sprintf(`INSERT INTO gates (name, next_position, active, waiting) VALUES ('default', %d, %d, %d)`, n+1, active, n-active),
 		`PRAGMA wal_checkpoint(TRUNCATE)`)
 	cfg := session.GateConfig{Name: "default", ActiveLimit: active, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute}
