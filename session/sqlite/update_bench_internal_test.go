@@ -36,7 +36,7 @@ func BenchmarkUpdateAtAMillion(b *testing.B) {
 INSERT INTO sessions (gate, position, id, status, last_active, created_at)
 SELECT 'default', x, lower(hex(randomblob(11))), x <= %[2]d,
        CASE WHEN x <= %[3]d OR (x > %[2]d AND (x - %[2]d) %% %[4]d = 0 AND (x - %[2]d) / %[4]d <= %[5]d) THEN %[6]d ELSE %[7]d - (random() & 1099511627775) %% %[8]d END,
-       %[6]d FROM c`, n, active, staleActive, stride, staleWaiting, old, seen, (15 * time.Second).Nanoseconds()),
+       %[6]d FROM c`, n, active, staleActive, stride, staleWaiting, old, seen, (15*time.Second).Nanoseconds()),
 		fmt.Sprintf(`INSERT INTO gates (name, next_position, active, waiting) VALUES ('default', %d, %d, %d)`, n+1, active, n-active),
 		`PRAGMA wal_checkpoint(TRUNCATE)`)
 	cfg := session.GateConfig{Name: "default", ActiveLimit: active, ActiveTimeout: 5 * time.Minute, WaitingTimeout: time.Minute}
