@@ -396,15 +396,16 @@ func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string,
 		for _, k := range []struct {
 			status  int64
 			what    string
-			cols    string
+			seen    string // the mark's column of the last sign of life
 			counted int64
 		}{
-			{dbWaiting, "waiting", "purged_seen, purged_position", g.waiting},
-			{dbActive, "active", "active_purged_seen, active_purged_position", g.active},
+			{dbWaiting, "waiting", "purged_seen", g.waiting},
+			{dbActive, "active", "active_purged_seen", g.active},
 		} {
 			var covered int64
 			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = ?2 AND notify = 0 AND last_active IS NOT NULL `+
-				`AND (last_active, position) < (SELECT `+k.cols+` FROM gates WHERE name = ?1)`, g.name, k.status).Scan(&covered); err != nil {
+				`AND `+sqlSeenTenth+` <= (SELECT `+k.seen+` / 100000000 FROM gates WHERE name = ?1) `+
+				`AND (`+sqlSeenTenth+`, position) < (SELECT `+k.seen+` / 100000000, `+strings.TrimSuffix(k.seen, "seen")+`position FROM gates WHERE name = ?1)`, g.name, k.status).Scan(&covered); err != nil {
 				return nil, fmt.Errorf("check the purge marks of gate %q: %w", g.name, err)
 			}
 			if covered == 0 {

@@ -69,31 +69,51 @@ const (
 	// leaves out the rows the first ones select.
 	//
 	// sqlStaleSeen reads the sessions of status ?6 the update purges by
-	// raising that status's mark (migrations/0011, 0012), from the mark
-	// (?2, ?3) up to the cutoff ?4, in the mark's order, from the index
-	// alone: it holds all a purge reports, but an active session's claim
-	// deadline, which decides the reason reported (idle, or unclaimed).
-	// sqlStaleSeenClaim reads that too, from the row: for a gate where a
-	// row has one (sqlAnyClaim).
-	sqlStaleSeen      = `SELECT position, id, last_active, created_at, lane` + staleSeenRange
-	sqlStaleSeenClaim = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenRange
-	staleSeenRange    = ` FROM sessions INDEXED BY sessions_seen ` +
-		`WHERE gate = ?1 AND status = ?6 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) >= (?2, ?3) AND last_active < ?4 ` +
-		`ORDER BY last_active, position LIMIT ?5`
+	// raising that status's mark (migrations/0011, 0012, 0013), from the
+	// mark (?2, ?3) up to the cutoff ?4's tenth of a second, in the mark's
+	// order, from the index alone: it holds all a purge reports, but an
+	// active session's claim deadline, which decides the reason reported
+	// (idle, or unclaimed). sqlStaleSeenClaim reads that too, from the
+	// row: for a gate where a row has one (sqlAnyClaim).
+	//
+	// Each is two ranges of the index, read one after the other: the rest
+	// of the mark's tenth from its position, then the later tenths (SQLite
+	// seeks no row value of an expression, and a filter on the position
+	// would read the mark's tenth again from its start at every step).
+	sqlStaleSeen           = `SELECT position, id, last_active, created_at, lane` + staleSeenInMarksTenth
+	sqlStaleSeenAfter      = `SELECT position, id, last_active, created_at, lane` + staleSeenAfterMarksTenth
+	sqlStaleSeenClaim      = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenInMarksTenth
+	sqlStaleSeenClaimAfter = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenAfterMarksTenth
+	staleSeenRange         = ` FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = ?6 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` < ?4 / 100000000 AND `
+	staleSeenInMarksTenth  = staleSeenRange + sqlSeenTenth + ` = ?2 / 100000000 AND position >= ?3 ORDER BY position LIMIT ?5`
+	// ?3, the mark's position, is not needed past its tenth: bound to no
+	// term, as SQLite allows.
+	staleSeenAfterMarksTenth = staleSeenRange + sqlSeenTenth + ` > ?2 / 100000000 ORDER BY ` + sqlSeenTenth + `, position LIMIT ?5`
 	// sqlAnyClaim finds whether any row of the gate has a claim deadline
 	// (index sessions_claim, migrations/0009): one seek.
-	sqlAnyClaim    = `SELECT 1 FROM sessions INDEXED BY sessions_claim WHERE gate = ?1 AND claim_deadline IS NOT NULL LIMIT 1`
-	sqlPurgeUnseen = `DELETE FROM sessions WHERE gate = ?1 AND position IN (` +
-		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 LIMIT ?3` +
-		`) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
+	sqlAnyClaim = `SELECT 1 FROM sessions INDEXED BY sessions_claim WHERE gate = ?1 AND claim_deadline IS NOT NULL LIMIT 1`
+	//
+	// sqlPurgeUnseen deletes the stale waiters the purge mark does not
+	// purge: those without a sign of life, and those last seen in the
+	// cutoff's own tenth of a second (?2) before it (sqlStaleSeen stops
+	// at that tenth: the mark covers whole tenths, and some rows of that
+	// one are live), above the mark (?4, ?5).
+	sqlPurgeUnseen = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
+		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 ` +
+		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` = ?2 / 100000000 AND last_active < ?2 ` +
+		`AND (` + sqlSeenTenth + `, position) >= (?4 / 100000000, ?5)` +
+		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
 	//
 	// sqlPurgeActive deletes the stale active sessions the active mark does
-	// not purge: called back and never claimed, without a sign of life, or
+	// not purge: called back and never claimed, without a sign of life,
 	// unclaimed past their deadline while seen since the cutoff or called
 	// back (the claim branch leaves out the rows below the active mark, ?5
-	// and ?6: purged already).
+	// and ?6: purged already), or idle since the cutoff's own tenth of a
+	// second (as sqlPurgeUnseen's second branch).
 	sqlPurgeActive = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
-		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND last_active < ?2 AND claim_deadline IS NULL ` +
+		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND ` + sqlSeenTenth + ` <= ?2 / 100000000 AND last_active < ?2 AND claim_deadline IS NULL ` +
+		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` = ?2 / 100000000 AND last_active < ?2 ` +
+		`AND (` + sqlSeenTenth + `, position) >= (?5 / 100000000, ?6) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1) AND ` + liveActive5 +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
@@ -101,9 +121,11 @@ const (
 	// stored marks, waiting and active): the cleaner's statement, and Open's.
 	sqlCleanPurged = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
 		`SELECT position FROM sessions INDEXED BY sessions_seen ` +
-		`WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) < (SELECT purged_seen, purged_position FROM gates WHERE name = ?1) ` +
+		`WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` <= (SELECT purged_seen / 100000000 FROM gates WHERE name = ?1) ` +
+		`AND (` + sqlSeenTenth + `, position) < (SELECT purged_seen / 100000000, purged_position FROM gates WHERE name = ?1) ` +
 		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen ` +
-		`WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND (last_active, position) < (SELECT active_purged_seen, active_purged_position FROM gates WHERE name = ?1)` +
+		`WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` <= (SELECT active_purged_seen / 100000000 FROM gates WHERE name = ?1) ` +
+		`AND (` + sqlSeenTenth + `, position) < (SELECT active_purged_seen / 100000000, active_purged_position FROM gates WHERE name = ?1)` +
 		`) LIMIT ?2)`
 	// The active set: the rows below the first waiting position (?2), and
 	// above it only active sessions of the priority lane (promoted ahead
@@ -126,13 +148,18 @@ const (
 // active mark (liveActiveN, migrations/0012); for any row, with the marks
 // as stored (liveStored).
 const (
-	liveWaiter2 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?2, ?3))`
-	liveWaiter3 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?3, ?4))`
-	liveWaiter4 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?4, ?5))`
+	liveWaiter2 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenTenth + `, position) >= (?2 / 100000000, ?3))`
+	liveWaiter3 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenTenth + `, position) >= (?3 / 100000000, ?4))`
+	liveWaiter4 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenTenth + `, position) >= (?4 / 100000000, ?5))`
 	liveActive3 = liveWaiter3
-	liveActive5 = `(notify = 1 OR last_active IS NULL OR (last_active, position) >= (?5, ?6))`
-	liveStored  = `(notify = 1 OR last_active IS NULL OR (status = 0 AND (last_active, position) >= (SELECT purged_seen, purged_position FROM gates WHERE name = ?1)) ` +
-		`OR (status = 1 AND (last_active, position) >= (SELECT active_purged_seen, active_purged_position FROM gates WHERE name = ?1)))`
+	liveActive5 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenTenth + `, position) >= (?5 / 100000000, ?6))`
+	liveStored  = `(notify = 1 OR last_active IS NULL OR (status = 0 AND (` + sqlSeenTenth + `, position) >= (SELECT purged_seen / 100000000, purged_position FROM gates WHERE name = ?1)) ` +
+		`OR (status = 1 AND (` + sqlSeenTenth + `, position) >= (SELECT active_purged_seen / 100000000, active_purged_position FROM gates WHERE name = ?1)))`
+	// sqlSeenTenth is the tenth of a second of a row's last sign of life,
+	// the first term of the order of sessions_seen and of the purge marks
+	// (migrations/0013; seenTenth in Go). SQLite's integer division
+	// truncates toward zero, as Go's does.
+	sqlSeenTenth = `last_active / 100000000`
 )
 
 // The marks as stored in table gates: the condition of a gate whose marks
@@ -173,6 +200,7 @@ type wconn struct {
 	selectRow, rowExists, insertRow, updateRow  *stmt
 	deleteRow, firstWaiters, staleSeen          *stmt
 	staleSeenClaim, anyClaim, resetGateMarks    *stmt
+	staleSeenAfter, staleSeenClaimAfter         *stmt
 	purgeUnseen, cleanPurged                    *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
 	selectMeta, insertMeta, deleteMeta          *stmt
@@ -194,7 +222,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
 		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
-		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleSeenClaim, sqlStaleSeenClaim}, {&w.anyClaim, sqlAnyClaim}, {&w.resetGateMarks, sqlResetGateMarks},
+		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleSeenClaim, sqlStaleSeenClaim}, {&w.staleSeenAfter, sqlStaleSeenAfter}, {&w.staleSeenClaimAfter, sqlStaleSeenClaimAfter}, {&w.anyClaim, sqlAnyClaim}, {&w.resetGateMarks, sqlResetGateMarks},
 		{&w.purgeUnseen, sqlPurgeUnseen}, {&w.cleanPurged, sqlCleanPurged},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
@@ -236,7 +264,7 @@ func (w *wconn) close() error {
 		w.begin, w.commit, w.rollback,
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
-		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleSeenClaim, w.anyClaim, w.resetGateMarks, w.purgeUnseen, w.cleanPurged,
+		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleSeenClaim, w.staleSeenAfter, w.staleSeenClaimAfter, w.anyClaim, w.resetGateMarks, w.purgeUnseen, w.cleanPurged,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.allSettings,

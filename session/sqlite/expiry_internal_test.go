@@ -29,7 +29,12 @@ func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 		args           []any
 	}{
 		{"purge by a mark, from the index alone", sqlStaleSeen, "COVERING INDEX sessions_seen", []any{"default", 1, 2, 3, 10, 0}},
-		{"purge waiting without a sign of life", sqlPurgeUnseen, "sessions_unseen", []any{"default", 1, 10}},
+		{"purge waiting without a sign of life", sqlPurgeUnseen, "sessions_unseen", []any{"default", 1, 10, 2, 3}},
+		{"purge waiting of the cutoff's tenth", sqlPurgeUnseen, "sessions_seen (gate=? AND status=? AND notify=? AND <expr>=?", []any{"default", 1, 10, 2, 3}},
+		{"purge active of the cutoff's tenth", sqlPurgeActive, "sessions_seen (gate=? AND status=? AND notify=? AND <expr>=?", []any{"default", 1, 10, 1, 2, 3}},
+		{"purge by a mark, the rest of the mark's tenth", sqlStaleSeen, "COVERING INDEX sessions_seen (gate=? AND status=? AND notify=? AND <expr>=? AND position>?)", []any{"default", 1, 2, 3, 10, 0}},
+		{"purge by a mark, the later tenths", sqlStaleSeenAfter, "COVERING INDEX sessions_seen (gate=? AND status=? AND notify=? AND <expr>>? AND <expr><?)", []any{"default", 1, 2, 3, 10, 0}},
+		{"purge by a mark with claims, the later tenths", sqlStaleSeenClaimAfter, "sessions_seen (gate=? AND status=? AND notify=? AND <expr>>? AND <expr><?)", []any{"default", 1, 2, 3, 10, 1}},
 		{"purge by a mark, claim deadlines from the rows", sqlStaleSeenClaim, "sessions_seen", []any{"default", 1, 2, 3, 10, 1}},
 		{"any claim deadline", sqlAnyClaim, "sessions_claim", []any{"default"}},
 		{"purge active", sqlPurgeActive, "sessions_seen", []any{"default", 1, 10, 1, 2, 3}},
@@ -52,8 +57,13 @@ func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 		joined := strings.Join(plan, "\n")
 		assert.NotContains(t, joined, "TEMP B-TREE", "%s sorts:\n%s", tc.name, joined)
 		assert.Contains(t, joined, tc.index, "%s:\n%s", tc.name, joined)
+		t.Logf("%s:\n%s", tc.name, joined)
 		if tc.index != "PRIMARY KEY" {
 			assert.NotContains(t, joined, "SCAN sessions", "%s sweeps the table:\n%s", tc.name, joined)
+			// A search by the gate (or the gate, status and notify)
+			// alone sweeps the gate's rows in some order.
+			assert.NotContains(t, joined, "(gate=?)", "%s sweeps the gate:\n%s", tc.name, joined)
+			assert.NotContains(t, joined, "notify=?)", "%s sweeps a status of the gate:\n%s", tc.name, joined)
 		}
 	}
 }
@@ -90,6 +100,7 @@ func TestPriorityStatementsSearchTheirIndexes(t *testing.T) {
 		rows.Close()
 		joined := strings.Join(plan, "\n")
 		assert.Contains(t, joined, tc.index, "%s:\n%s", tc.name, joined)
+		t.Logf("%s:\n%s", tc.name, joined)
 		assert.NotContains(t, joined, "SCAN sessions", "%s sweeps the table:\n%s", tc.name, joined)
 	}
 }

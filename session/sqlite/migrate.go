@@ -18,7 +18,7 @@ var migrationFS embed.FS
 // SchemaVersion is the schema version this package writes: the number of the
 // last file in migrations/. It is kept in the database header (PRAGMA
 // user_version).
-const SchemaVersion = 12
+const SchemaVersion = 13
 
 type migration struct {
 	version int

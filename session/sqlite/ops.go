@@ -189,8 +189,8 @@ func (s *Store) write(e *gateEntry, out *session.Outcome, sl slot) error {
 // keepLive keeps a session that is written live: a last sign of life that
 // a clock set back dates below the gate's purge mark of its status (the
 // waiting or the active mark) would purge the row without a word (nothing
-// counted out, nothing reported), so it is recorded at the mark instead,
-// one nanosecond above it. Such a session is stale at the next update all
+// counted out, nothing reported), so it is recorded at the least time the
+// mark leaves it live at. Such a session is stale at the next update all
 // the same, and purged there as any other.
 func keepLive(e *gateEntry, r *session.Session) {
 	if r.Notify || r.LastActive.IsZero() {
@@ -201,7 +201,14 @@ func keepLive(e *gateEntry, r *session.Session) {
 		m = e.activeMark
 	}
 	if m.covers(r.LastActive.UnixNano(), r.Position) {
-		r.LastActive = fromNanos(m.seen + 1)
+		// The least time the mark leaves the row live at: the start of
+		// the mark's tenth, or of the next one for a row before the
+		// mark's position (seenTenth).
+		t := seenTenth(m.seen)
+		if r.Position < m.pos {
+			t++
+		}
+		r.LastActive = fromNanos(t * seenTenthNanos)
 	}
 }
 

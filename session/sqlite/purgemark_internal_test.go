@@ -198,7 +198,7 @@ func TestAWaiterDatedBelowTheMarkStaysLive(t *testing.T) {
 	assert.Equal(t, session.StatusWaiting, late.Status)
 	got, err := s.Get(ctx, cfg.Name, "late")
 	require.NoError(t, err, "a waiter whose clock was behind is not purged by being written")
-	assert.True(t, got.LastActive.After(now.Add(-cfg.WaitingTimeout-time.Second)), "recorded at the mark: %v", got.LastActive)
+	assert.Equal(t, epoch, got.LastActive, "recorded at the start of the mark's tenth of a second, the last purged waiters' (its position is above the mark's)")
 	snaps, err := s.Load(ctx, []string{cfg.Name})
 	require.NoError(t, err)
 	assert.EqualValues(t, 7, snaps[cfg.Name].State.Waiting)
@@ -541,4 +541,68 @@ func TestTheCleanerHearsOfAPurgeOnlyAfterItsCommit(t *testing.T) {
 	require.EqualValues(t, 2, rep.PurgedWaiting)
 	require.NoError(t, s.WaitClean(ctx))
 	assert.Equal(t, 1, physicalRows(t, s, cfg.Name))
+}
+
+// A waiter before the mark's position whose sign of life a clock set back
+// dates below the mark is recorded at the start of the tenth of a second
+// after the mark's: at the start of the mark's own tenth, its position
+// would still be under the mark (migrations/0013). It stays a waiter, in
+// its place.
+func TestAWaiterBeforeTheMarksPositionIsDatedAtTheNextTenth(t *testing.T) {
+	s, cfg, _, _ := purgeFixture(t)
+	ctx := context.Background()
+	// w0 was touched (live), and sits before the purged w1..w4.
+	left, err := s.Leave(ctx, cfg, "w0", epoch.Add(-time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, epoch.Add(100*time.Millisecond), left.LastActive, "the tenth after the mark's")
+	got, err := s.Get(ctx, cfg.Name, "w0")
+	require.NoError(t, err, "written below the mark, w0 would be purged without a word")
+	assert.Equal(t, session.StatusWaiting, got.Status)
+	assert.Equal(t, left.LastActive, got.LastActive)
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.EqualValues(t, 6, snaps[cfg.Name].State.Waiting)
+	assert.Len(t, snaps[cfg.Name].Waiting, 6)
+}
+
+// The update purges exactly what is stale at its cutoff although the mark
+// covers whole tenths of a second (migrations/0013): a waiter last seen in
+// the cutoff's own tenth, before the cutoff, is deleted with its row; one
+// of an earlier tenth goes under the mark; one of the same tenth at or
+// after the cutoff stays.
+func TestTheCutoffsTenthIsPurgedExactly(t *testing.T) {
+	s := openInternal(t)
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	for _, id := range []string{"a0", "w-old", "w-edge", "w-live"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	now := epoch.Add(cfg.WaitingTimeout + time.Second + 50*time.Millisecond)
+	cutoff := now.Add(-cfg.WaitingTimeout)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{
+		{ID: "a0", LastActive: now},
+		{ID: "w-edge", LastActive: cutoff.Add(-time.Nanosecond)},
+		{ID: "w-live", LastActive: cutoff},
+	}))
+	require.Equal(t, seenTenth(cutoff.UnixNano()), seenTenth(cutoff.Add(-30*time.Millisecond).UnixNano()), "the premise: w-edge and w-live share the cutoff's tenth")
+
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, rep.PurgedWaiting, "w-old and w-edge")
+	assert.Zero(t, rep.Promoted)
+	rows, err := s.Rows(ctx, cfg.Name)
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	assert.Equal(t, []string{"a0", "w-live"}, ids)
+	assert.Equal(t, 3, physicalRows(t, s, cfg.Name), "w-old's row waits under the mark for the cleaner; w-edge's is deleted")
+	_, err = s.Get(ctx, cfg.Name, "w-edge")
+	assert.ErrorIs(t, err, session.ErrNotFound)
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, snaps[cfg.Name].State.Waiting)
 }

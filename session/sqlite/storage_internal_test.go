@@ -749,3 +749,67 @@ func TestABlockedTruncateKeepsTheWALCounted(t *testing.T) {
 	frames, _ = s.ck.wal(s.ck.written.Load())
 	assert.Zero(t, frames)
 }
+
+// The upgrade to 0013 (the marks in sessions_seen's order by tenths of a
+// second): the rows the marks of a file of schema 0012 cover, in the exact
+// order they were raised in, are deleted, and the marks go below every
+// row. Without that, a row the exact order covers but the new one does not
+// (in the mark's tenth of a second, before the mark's time but after its
+// position) would come back to life, counted nowhere.
+func TestMigrateTo0013DeletesWhatTheExactMarksCovered(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v12.db")
+	stmts := []string{"PRAGMA journal_mode = WAL"}
+	for i := 1; i <= 12; i++ {
+		matches, err := filepath.Glob(fmt.Sprintf("migrations/%04d_*.sql", i))
+		require.NoError(t, err)
+		require.Len(t, matches, 1)
+		b, err := os.ReadFile(matches[0])
+		require.NoError(t, err)
+		stmts = append(stmts, string(b))
+	}
+	at := func(d time.Duration) int64 { return epoch.Add(d).UnixNano() }
+	mark := at(50 * time.Millisecond) // inside the tenth [epoch, epoch+100ms)
+	stmts = append(stmts, "PRAGMA user_version = 12",
+		// default: waiters at 3..7 and actives at 1..2. The waiting mark
+		// (mark, 5) covers 3 (long before) and 6 (the mark's tenth, before
+		// its time, after its position); 4 (at the mark's time, before its
+		// position) too; 5 and 7 are live. The active mark (mark, 2)
+		// covers 1.
+		fmt.Sprintf(`INSERT INTO gates (name, next_position, active, waiting, purged_seen, purged_position, active_purged_seen, active_purged_position)
+			VALUES ('default', 8, 1, 2, %[1]d, 5, %[1]d, 2)`, mark),
+		fmt.Sprintf(`INSERT INTO sessions (gate, position, id, status, last_active, created_at) VALUES
+			('default', 1, 'a-covered', 1, %[1]d, %[5]d),
+			('default', 2, 'a-live', 1, %[2]d, %[5]d),
+			('default', 3, 'w-covered-long-ago', 0, %[3]d, %[5]d),
+			('default', 4, 'w-covered-at-the-mark', 0, %[6]d, %[5]d),
+			('default', 5, 'w-live', 0, %[2]d, %[5]d),
+			('default', 6, 'w-covered-in-the-tenth', 0, %[4]d, %[5]d),
+			('default', 7, 'w-live-in-the-tenth', 0, %[7]d, %[5]d)`,
+			at(0), at(time.Minute), at(-time.Hour), at(10*time.Millisecond), at(-2*time.Hour), mark, at(60*time.Millisecond)),
+		`INSERT INTO meta VALUES ('token_secret', x'0102')`)
+	rawExec(t, path, stmts...)
+
+	var log sessiontest.LogBuffer
+	st, err := Open(path, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	require.NoError(t, err)
+	defer st.Close()
+	assert.NotContains(t, log.String(), "repaired", "the counters counted what the marks left live")
+	rows, err := st.Rows(context.Background(), "default")
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	assert.Equal(t, []string{"a-live", "w-live", "w-live-in-the-tenth"}, ids)
+	assert.Equal(t, 3, physicalRows(t, st, "default"), "the covered rows are deleted, not left under a mark")
+	snaps, err := st.Load(context.Background(), []string{"default"})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, snaps["default"].State.Active)
+	assert.EqualValues(t, 2, snaps["default"].State.Waiting)
+	db, err := sqlOpen(path)
+	require.NoError(t, err)
+	defer db.Close()
+	var seen, pos int64
+	require.NoError(t, db.QueryRow(`SELECT purged_seen, purged_position FROM gates WHERE name = 'default'`).Scan(&seen, &pos))
+	assert.Equal(t, noMark, purgeMark{seen, pos})
+}

@@ -89,10 +89,10 @@ func (s *Store) othersWait(b *batch) bool {
 
 // The phases of an update, in order.
 const (
-	phasePurgeSeen       = iota // waiters last seen before the cutoff: the purge mark rises over them
-	phasePurgeUnseen            // waiters without a last sign of life (written before 0003), deleted
-	phasePurgeActiveSeen        // active sessions idle since before the cutoff: the active mark rises over them
-	phasePurgeActive            // the other stale active sessions (called back, unclaimed, unseen), deleted
+	phasePurgeSeen       = iota // waiters last seen before the cutoff's tenth of a second: the purge mark rises over them
+	phasePurgeUnseen            // waiters without a last sign of life (written before 0003), or last seen in the cutoff's tenth before it, deleted
+	phasePurgeActiveSeen        // active sessions idle since before the cutoff's tenth of a second: the active mark rises over them
+	phasePurgeActive            // the other stale active sessions (called back, unclaimed, unseen, idle since the cutoff's tenth), deleted
 	phasePromote                // waiters into the freed slots
 )
 
@@ -118,7 +118,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 		return did, nil
 	case phasePurgeUnseen, phasePurgeActive:
 		what, stmt, cutoff := "purge waiting", s.wc.purgeUnseen, st.waitingCutoff
-		args := []any{e.name, cutoff, n}
+		args := []any{e.name, cutoff, n, e.mark.seen, e.mark.pos}
 		if st.phase == phasePurgeActive {
 			what, stmt, cutoff = "purge active", s.wc.purgeActive, st.activeCutoff
 			args = []any{e.name, cutoff, n, st.now, e.activeMark.seen, e.activeMark.pos}
@@ -157,9 +157,11 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 }
 
 // purgeSeen purges up to n of the gate's sessions of status last seen
-// before cutoff (unix nanoseconds) and not to be called back, without
-// touching their rows (migrations/0011, 0012): it reads them from the index
-// sessions_seen, from the gate's mark of that status on (e.mark for
+// before the tenth of a second of cutoff (unix nanoseconds) and not to be
+// called back, without touching their rows (migrations/0011, 0012, 0013;
+// those of the cutoff's own tenth are deleted by the next phase): it reads
+// them from the index sessions_seen, from the gate's mark of that status
+// on (e.mark for
 // waiters, e.activeMark for active sessions), accounts for each as a purge
 // (session.DecidePurge, the index, the events), and raises the mark just
 // over the last of them. Only over them: the mark is always a purged
@@ -168,7 +170,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 // every newcomer there, and none would be stale until the clock caught
 // up). The cleaner deletes the rows later. It returns how many it purged.
 func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, status session.Status, cutoff, n int64) (int64, error) {
-	mark, stmt, cols := &e.mark, s.wc.staleSeen, 5
+	mark, stmts, cols := &e.mark, [2]*stmt{s.wc.staleSeen, s.wc.staleSeenAfter}, 5
 	if status == session.StatusActive {
 		mark = &e.activeMark
 	}
@@ -185,23 +187,30 @@ func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, status session.Status, 
 			return 0, err
 		}
 		if claims {
-			stmt, cols = s.wc.staleSeenClaim, 6
+			stmts, cols = [2]*stmt{s.wc.staleSeenClaim, s.wc.staleSeenClaimAfter}, 6
 		}
 	}
-	rows, err := s.wc.query(stmt, e.name, mark.seen, mark.pos, cutoff, n, statusValue(status))
-	if err != nil {
-		return 0, err
-	}
+	// The rest of the mark's tenth of a second, then the later tenths.
 	b.rows = b.rows[:0]
 	var dest [6]driver.Value
-	if err := eachRow(rows, dest[:cols], func() {
-		r := rawRow{position: asInt(dest[0]), id: asString(dest[1]), status: statusValue(status), lastActive: asNullInt(dest[2]), createdAt: asInt(dest[3]), lane: asInt(dest[4])}
-		if cols > 5 {
-			r.claim = asNullInt(dest[5])
+	for _, st := range stmts {
+		left := n - int64(len(b.rows))
+		if left <= 0 {
+			break
 		}
-		b.rows = append(b.rows, r.session(e.name))
-	}); err != nil {
-		return 0, err
+		rows, err := s.wc.query(st, e.name, mark.seen, mark.pos, cutoff, left, statusValue(status))
+		if err != nil {
+			return 0, err
+		}
+		if err := eachRow(rows, dest[:cols], func() {
+			r := rawRow{position: asInt(dest[0]), id: asString(dest[1]), status: statusValue(status), lastActive: asNullInt(dest[2]), createdAt: asInt(dest[3]), lane: asInt(dest[4])}
+			if cols > 5 {
+				r.claim = asNullInt(dest[5])
+			}
+			b.rows = append(b.rows, r.session(e.name))
+		}); err != nil {
+			return 0, err
+		}
 	}
 	did := int64(len(b.rows))
 	if did == 0 {
