@@ -352,8 +352,9 @@ func deleteInChunks(gates []string, deadline time.Time, del func(gate string) (i
 }
 
 // purgedToDelete checks the purge marks of every gate on conn before the
-// writer starts (Open) and returns the gates with purged rows that a
-// process that stopped first left; purgedDelete deletes them.
+// writer starts (Open), compared with the rows in order o, and returns the
+// gates with purged rows that a process that stopped first left;
+// purgedDelete deletes them.
 //
 // The marks decide which rows go, so they are checked first, as the
 // counters are: a mark that is not an integer, lies more than markHorizon
@@ -361,7 +362,7 @@ func deleteInChunks(gates []string, deadline time.Time, del func(gate string) (i
 // edited or damaged on disk: the counters and the marks are written in the
 // same transaction, so after any crash the counters count exactly the rows
 // the marks leave live), refuses the file with ErrDamaged.
-func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string, error) {
+func purgedToDelete(ctx context.Context, conn *sql.Conn, path string, o markOrder) ([]string, error) {
 	rows, err := conn.QueryContext(ctx, `SELECT name, `+
 		`typeof(purged_seen) = 'integer' AND typeof(purged_position) = 'integer' AND typeof(active_purged_seen) = 'integer' AND typeof(active_purged_position) = 'integer', `+
 		`waiting, active, purged_seen > ?1 OR active_purged_seen > ?1 FROM gates WHERE `+marksRaised, wallNow().Add(markHorizon).UnixNano())
@@ -396,16 +397,14 @@ func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string,
 		for _, k := range []struct {
 			status  int64
 			what    string
-			seen    string // the mark's column of the last sign of life
+			covered string // the condition of a row the mark covers
 			counted int64
 		}{
-			{dbWaiting, "waiting", "purged_seen", g.waiting},
-			{dbActive, "active", "active_purged_seen", g.active},
+			{dbWaiting, "waiting", o.covered("0", "purged_seen", "purged_position"), g.waiting},
+			{dbActive, "active", o.covered("1", "active_purged_seen", "active_purged_position"), g.active},
 		} {
 			var covered int64
-			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = ?2 AND notify = 0 AND last_active IS NOT NULL `+
-				`AND `+sqlSeenTenth+` <= (SELECT `+k.seen+` / 100000000 FROM gates WHERE name = ?1) `+
-				`AND (`+sqlSeenTenth+`, position) < (SELECT `+k.seen+` / 100000000, `+strings.TrimSuffix(k.seen, "seen")+`position FROM gates WHERE name = ?1)`, g.name, k.status).Scan(&covered); err != nil {
+			if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sessions INDEXED BY sessions_seen WHERE `+k.covered, g.name).Scan(&covered); err != nil {
 				return nil, fmt.Errorf("check the purge marks of gate %q: %w", g.name, err)
 			}
 			if covered == 0 {
@@ -429,12 +428,14 @@ func purgedToDelete(ctx context.Context, conn *sql.Conn, path string) ([]string,
 }
 
 // purgedDelete deletes the purged rows of gates on conn (Open, after
-// purgedToDelete and the quick_check verdict), restChunk rows a statement
-// with a passive checkpoint between statements, and returns how many.
-func purgedDelete(ctx context.Context, conn *sql.Conn, gates []string) (int64, error) {
+// purgedToDelete and the quick_check verdict), below the marks in order o,
+// restChunk rows a statement with a passive checkpoint between statements,
+// and returns how many.
+func purgedDelete(ctx context.Context, conn *sql.Conn, gates []string, o markOrder) (int64, error) {
+	clean := cleanPurgedSQL(o)
 	n, _, err := deleteInChunks(gates, time.Time{},
 		func(gate string) (int64, error) {
-			res, err := conn.ExecContext(ctx, sqlCleanPurged, gate, restChunk)
+			res, err := conn.ExecContext(ctx, clean, gate, restChunk)
 			if err != nil {
 				return 0, err
 			}

@@ -117,16 +117,6 @@ const (
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1) AND ` + liveActive5 +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
-	// sqlCleanPurged deletes up to ?2 rows the update purged (below the
-	// stored marks, waiting and active): the cleaner's statement, and Open's.
-	sqlCleanPurged = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
-		`SELECT position FROM sessions INDEXED BY sessions_seen ` +
-		`WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` <= (SELECT purged_seen / 100000000 FROM gates WHERE name = ?1) ` +
-		`AND (` + sqlSeenTenth + `, position) < (SELECT purged_seen / 100000000, purged_position FROM gates WHERE name = ?1) ` +
-		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen ` +
-		`WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` <= (SELECT active_purged_seen / 100000000 FROM gates WHERE name = ?1) ` +
-		`AND (` + sqlSeenTenth + `, position) < (SELECT active_purged_seen / 100000000, active_purged_position FROM gates WHERE name = ?1)` +
-		`) LIMIT ?2)`
 	// The active set: the rows below the first waiting position (?2), and
 	// above it only active sessions of the priority lane (promoted ahead
 	// of the normal lane; index sessions_priority_active, migrations/0010),
@@ -161,6 +151,39 @@ const (
 	// truncates toward zero, as Go's does.
 	sqlSeenTenth = `last_active / 100000000`
 )
+
+// markOrder is the order rows and purge marks are compared in, as the
+// division that makes the first term of last_active and of a mark's seen:
+// tenthOrder since migrations/0013 (sqlSeenTenth); exactOrder in a file
+// of schema 0011 or 0012, whose marks Open settles in that order before it
+// upgrades the file (Store.migrate).
+type markOrder string
+
+const (
+	tenthOrder markOrder = " / 100000000"
+	exactOrder markOrder = ""
+)
+
+// covered is the condition of a row of status (0 or 1) that gate ?1's
+// stored mark of that status (columns seen and pos of table gates) covers,
+// in order o: a range of sessions_seen, bounded above.
+func (o markOrder) covered(status, seen, pos string) string {
+	la, ms := `last_active`+string(o), seen+string(o)
+	return `gate = ?1 AND status = ` + status + ` AND notify = 0 AND last_active IS NOT NULL AND ` + la + ` <= (SELECT ` + ms + ` FROM gates WHERE name = ?1) ` +
+		`AND (` + la + `, position) < (SELECT ` + ms + `, ` + pos + ` FROM gates WHERE name = ?1)`
+}
+
+// cleanPurgedSQL deletes up to ?2 rows the update purged (below the stored
+// marks, waiting and active, in order o).
+func cleanPurgedSQL(o markOrder) string {
+	return `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
+		`SELECT position FROM sessions INDEXED BY sessions_seen WHERE ` + o.covered("0", "purged_seen", "purged_position") +
+		` UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE ` + o.covered("1", "active_purged_seen", "active_purged_position") +
+		`) LIMIT ?2)`
+}
+
+// sqlCleanPurged is the cleaner's statement, and Open's.
+var sqlCleanPurged = cleanPurgedSQL(tenthOrder)
 
 // The marks as stored in table gates: the condition of a gate whose marks
 // were raised (either mark, either column; IS NOT, so that a damaged value

@@ -20,6 +20,14 @@ var migrationFS embed.FS
 // user_version).
 const SchemaVersion = 13
 
+// The schema versions of the purge marks: from exactMarksFrom (0011) they
+// compare rows by (last_active, position); from tenthMarksFrom (0013), by
+// the tenth of a second of last_active, then position.
+const (
+	exactMarksFrom = 11
+	tenthMarksFrom = 13
+)
+
 type migration struct {
 	version int
 	name    string
@@ -67,10 +75,20 @@ func migrations() ([]migration, error) {
 // refuses a database written by a newer version. It returns the migrations
 // applied.
 func migrate(ctx context.Context, conn *sql.Conn) ([]string, error) {
+	return migrateTo(ctx, conn, SchemaVersion)
+}
+
+// migrateTo brings the schema to version target (at most SchemaVersion), as
+// migrate does.
+func migrateTo(ctx context.Context, conn *sql.Conn, target int) ([]string, error) {
 	ms, err := migrations()
 	if err != nil {
 		return nil, err
 	}
+	if target < 0 || target > len(ms) {
+		return nil, fmt.Errorf("no schema version %d (this build knows %d)", target, len(ms))
+	}
+	ms = ms[:target]
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return nil, err
 	}

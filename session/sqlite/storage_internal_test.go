@@ -758,18 +758,9 @@ func TestABlockedTruncateKeepsTheWALCounted(t *testing.T) {
 // position) would come back to life, counted nowhere.
 func TestMigrateTo0013DeletesWhatTheExactMarksCovered(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v12.db")
-	stmts := []string{"PRAGMA journal_mode = WAL"}
-	for i := 1; i <= 12; i++ {
-		matches, err := filepath.Glob(fmt.Sprintf("migrations/%04d_*.sql", i))
-		require.NoError(t, err)
-		require.Len(t, matches, 1)
-		b, err := os.ReadFile(matches[0])
-		require.NoError(t, err)
-		stmts = append(stmts, string(b))
-	}
 	at := func(d time.Duration) int64 { return epoch.Add(d).UnixNano() }
 	mark := at(50 * time.Millisecond) // inside the tenth [epoch, epoch+100ms)
-	stmts = append(stmts, "PRAGMA user_version = 12",
+	oldSchemaFile(t, path, 12,
 		// default: waiters at 3..7 and actives at 1..2. The waiting mark
 		// (mark, 5) covers 3 (long before) and 6 (the mark's tenth, before
 		// its time, after its position); 4 (at the mark's time, before its
@@ -785,9 +776,7 @@ func TestMigrateTo0013DeletesWhatTheExactMarksCovered(t *testing.T) {
 			('default', 5, 'w-live', 0, %[2]d, %[5]d),
 			('default', 6, 'w-covered-in-the-tenth', 0, %[4]d, %[5]d),
 			('default', 7, 'w-live-in-the-tenth', 0, %[7]d, %[5]d)`,
-			at(0), at(time.Minute), at(-time.Hour), at(10*time.Millisecond), at(-2*time.Hour), mark, at(60*time.Millisecond)),
-		`INSERT INTO meta VALUES ('token_secret', x'0102')`)
-	rawExec(t, path, stmts...)
+			at(0), at(time.Minute), at(-time.Hour), at(10*time.Millisecond), at(-2*time.Hour), mark, at(60*time.Millisecond)))
 
 	var log sessiontest.LogBuffer
 	st, err := Open(path, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
@@ -812,4 +801,91 @@ func TestMigrateTo0013DeletesWhatTheExactMarksCovered(t *testing.T) {
 	var seen, pos int64
 	require.NoError(t, db.QueryRow(`SELECT purged_seen, purged_position FROM gates WHERE name = 'default'`).Scan(&seen, &pos))
 	assert.Equal(t, noMark, purgeMark{seen, pos})
+}
+
+// oldSchemaFile writes a database of schema version (its migrations as
+// they are embedded, then user_version) at path, then the statements of
+// extra.
+func oldSchemaFile(t *testing.T, path string, version int, extra ...string) {
+	t.Helper()
+	stmts := []string{"PRAGMA journal_mode = WAL"}
+	for i := 1; i <= version; i++ {
+		matches, err := filepath.Glob(fmt.Sprintf("migrations/%04d_*.sql", i))
+		require.NoError(t, err)
+		require.Len(t, matches, 1)
+		b, err := os.ReadFile(matches[0])
+		require.NoError(t, err)
+		stmts = append(stmts, string(b))
+	}
+	stmts = append(stmts, fmt.Sprintf("PRAGMA user_version = %d", version), `INSERT INTO meta VALUES ('token_secret', x'0102')`)
+	rawExec(t, path, append(stmts, extra...)...)
+}
+
+// A file of schema 0011 or 0012 whose purge mark is damaged is refused at
+// its upgrade, nothing deleted, as at any start (TestOpenRefusesADamagedPurgeMark):
+// the upgrade checks the marks, in the order they were raised in, before it
+// deletes the rows they cover. (A first version of 0013 deleted them in its
+// SQL, unchecked, and reset the marks.)
+func TestTheUpgradeOfTheMarksRefusesADamagedMark(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		version int
+		set     string
+	}{
+		{"far ahead", 12, "purged_seen = 9223372036854775807, purged_position = 0"},
+		{"not a number", 12, "purged_seen = 'soon', purged_position = 0"},
+		{"covers counted waiters", 12, fmt.Sprintf("purged_seen = %d, purged_position = 0", epoch.Add(time.Second).UnixNano())},
+		{"active mark covers counted active sessions", 12, fmt.Sprintf("active_purged_seen = %d, active_purged_position = 0", epoch.Add(time.Second).UnixNano())},
+		{"schema 0011, covers counted waiters", 11, fmt.Sprintf("purged_seen = %d, purged_position = 0", epoch.Add(time.Second).UnixNano())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "old.db")
+			la, ca := epoch.UnixNano(), epoch.Add(-time.Hour).UnixNano()
+			oldSchemaFile(t, path, tc.version,
+				`INSERT INTO gates (name, next_position, active, waiting) VALUES ('default', 5, 2, 2)`,
+				fmt.Sprintf(`INSERT INTO sessions (gate, position, id, status, last_active, created_at) VALUES
+					('default', 1, 'a1', 1, %[1]d, %[2]d), ('default', 2, 'a2', 1, %[1]d, %[2]d),
+					('default', 3, 'w3', 0, %[1]d, %[2]d), ('default', 4, 'w4', 0, %[1]d, %[2]d)`, la, ca),
+				"UPDATE gates SET "+tc.set)
+
+			st, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+			if err == nil {
+				st.Close()
+			}
+			require.ErrorIs(t, err, ErrDamaged, "a damaged mark is refused, as on a current file")
+			db, err := sqlOpen(path)
+			require.NoError(t, err)
+			defer db.Close()
+			var n int
+			require.NoError(t, db.QueryRow(`SELECT count(*) FROM sessions`).Scan(&n))
+			assert.Equal(t, 4, n, "nothing was deleted")
+		})
+	}
+}
+
+// A file of schema 0011 (the waiting mark only) with rows under its mark is
+// upgraded: the rows go, in the exact order, and the live ones stay.
+func TestMigrateFrom0011WithAMarkRaised(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v11.db")
+	at := func(d time.Duration) int64 { return epoch.Add(d).UnixNano() }
+	oldSchemaFile(t, path, 11,
+		fmt.Sprintf(`INSERT INTO gates (name, next_position, active, waiting, purged_seen, purged_position) VALUES ('default', 5, 1, 1, %d, 4)`, at(50*time.Millisecond)),
+		fmt.Sprintf(`INSERT INTO sessions (gate, position, id, status, last_active, created_at) VALUES
+			('default', 1, 'a1', 1, %[1]d, %[3]d),
+			('default', 2, 'w-under', 0, %[2]d, %[3]d),
+			('default', 3, 'w-under-too', 0, %[4]d, %[3]d),
+			('default', 4, 'w-live', 0, %[5]d, %[3]d)`, at(time.Minute), at(10*time.Millisecond), at(-time.Hour), at(40*time.Millisecond), at(60*time.Millisecond)))
+	var log sessiontest.LogBuffer
+	st, err := Open(path, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	require.NoError(t, err)
+	defer st.Close()
+	assert.NotContains(t, log.String(), "repaired")
+	rows, err := st.Rows(context.Background(), "default")
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	assert.Equal(t, []string{"a1", "w-live"}, ids)
+	assert.Equal(t, 2, physicalRows(t, st, "default"))
 }

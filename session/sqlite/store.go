@@ -473,7 +473,31 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	} else {
 		checked = quickCheckAsync(ctx, dsn(s.path, busyPragma(s.busy), "query_only(1)"), s.path)
 	}
-	applied, err := migrate(ctx, conn)
+	// A file of schema 0011 or 0012 holds purge marks in the exact order
+	// of (last_active, position); 0013 orders them by tenths of a second,
+	// in which they would cover other rows. Its rows under the marks are
+	// deleted first, in the order they were purged in, once the marks are
+	// checked against the counters as at any start (a damaged mark refuses
+	// the file, nothing deleted); 0013 then resets the marks.
+	var applied []string
+	if version >= exactMarksFrom && version < tenthMarksFrom {
+		var err error
+		if applied, err = migrateTo(ctx, conn, tenthMarksFrom-1); err != nil { // 0012: both marks' columns
+			return fmt.Errorf("migrate: %w", err)
+		}
+		purged, err := purgedToDelete(ctx, conn, s.path, exactOrder)
+		if err != nil {
+			return err
+		}
+		cleaned, err := purgedDelete(ctx, conn, purged, exactOrder)
+		if err != nil {
+			return err
+		}
+		if cleaned > 0 {
+			s.log.Info("anteroom: deleted the rows of sessions purged before the last stop, before the upgrade of the purge marks", "path", s.path, "rows", cleaned)
+		}
+	}
+	more, err := migrate(ctx, conn)
 	if err != nil {
 		if checked != nil {
 			if cerr := <-checked; cerr != nil {
@@ -482,6 +506,7 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 		}
 		return fmt.Errorf("migrate: %w", err)
 	}
+	applied = append(applied, more...)
 	if len(applied) > 0 {
 		s.log.Info("anteroom: database schema migrated", "path", s.path, "applied", applied, "version", SchemaVersion)
 	}
@@ -489,7 +514,7 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	// (clean.go): gone before anything counts or indexes the rows, and
 	// only once quick_check found the file sound and the marks agree with
 	// the counters.
-	purged, err := purgedToDelete(ctx, conn, s.path)
+	purged, err := purgedToDelete(ctx, conn, s.path, tenthOrder)
 	if err != nil || len(purged) > 0 {
 		if checked != nil {
 			cerr := <-checked
@@ -502,7 +527,7 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	if err != nil {
 		return err
 	}
-	cleaned, err := purgedDelete(ctx, conn, purged)
+	cleaned, err := purgedDelete(ctx, conn, purged, tenthOrder)
 	if err != nil {
 		return err
 	}

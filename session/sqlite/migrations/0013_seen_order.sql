@@ -17,19 +17,10 @@
 -- rows of whole tenths before the cutoff's, and deletes the few stale
 -- rows of the cutoff's own tenth (session.StaleCutoffs stays exact).
 --
--- The marks as stored meant the exact order: the rows they cover are
--- deleted first (their sessions are counted out already, as the cleaner
--- would), and the marks go back below every row.
-
-DELETE FROM sessions WHERE (gate, position) IN (
-    SELECT s.gate, s.position FROM gates g JOIN sessions s INDEXED BY sessions_seen
-        ON s.gate = g.name AND s.status = 0 AND s.notify = 0 AND s.last_active IS NOT NULL
-       AND (s.last_active, s.position) < (g.purged_seen, g.purged_position)
-    UNION ALL
-    SELECT s.gate, s.position FROM gates g JOIN sessions s INDEXED BY sessions_seen
-        ON s.gate = g.name AND s.status = 1 AND s.notify = 0 AND s.last_active IS NOT NULL
-       AND (s.last_active, s.position) < (g.active_purged_seen, g.active_purged_position)
-);
+-- The marks as stored meant the exact order. Open deletes the rows they
+-- cover first, in that order, after checking them against the counters as
+-- at any start (Store.migrate: a damaged mark refuses the file, nothing
+-- deleted); here they go back below every row.
 
 UPDATE gates SET purged_seen = -9223372036854775808, purged_position = -9223372036854775808,
     active_purged_seen = -9223372036854775808, active_purged_position = -9223372036854775808;

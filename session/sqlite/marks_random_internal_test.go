@@ -1,0 +1,254 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
+)
+
+// The purge marks and the counters under random operations (joins, some
+// through a priority code, leaves, touches, releases, call-backs, updates in
+// chunks of 1 to 40 rows) on a clock that jumps to and around the edges of
+// tenths of a second (migrations/0013) and is set back now and then, with
+// the cleaner held or let go, clean restarts and crash copies. After each
+// step the counters equal the live rows, Load and Get agree with Rows; each
+// update removes exactly the rows session.IsStale calls stale at its now.
+// ANTEROOM_MARKS_SEED and ANTEROOM_MARKS_STEPS run another seed, longer.
+func TestMarksHoldUnderRandomOps(t *testing.T) {
+	seeds, steps := []int64{1, 2}, 300 // an even seed gives the gate a claim window
+	if v := os.Getenv("ANTEROOM_MARKS_SEED"); v != "" {
+		seed, err := strconv.ParseInt(v, 10, 64)
+		require.NoError(t, err)
+		seeds = []int64{seed}
+	}
+	if v := os.Getenv("ANTEROOM_MARKS_STEPS"); v != "" {
+		var err error
+		steps, err = strconv.Atoi(v)
+		require.NoError(t, err)
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { marksUnderRandomOps(t, seed, steps) })
+	}
+}
+
+func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "r.db")
+	open := func() *Store {
+		s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		return s
+	}
+	s := open()
+	defer func() { s.Close() }()
+	release := holdCleaner(t, s)
+	cfg := sessiontest.GateConfig("default", 4)
+	cfg.WaitingTimeout = 2*time.Second + 30*time.Millisecond
+	cfg.ActiveTimeout = 3*time.Second + 70*time.Millisecond
+	if seed%2 == 0 {
+		cfg.ClaimTimeout = 1500 * time.Millisecond
+	}
+	ids := make([]string, 60)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("s%d", i)
+	}
+	now := epoch
+	if seed%3 == 0 {
+		now = time.Unix(0, -5_000_000_123).UTC() // crosses 1970 during the run
+	}
+	pick := func() time.Time {
+		// near a tenth's boundary, in the recent past or at now
+		base := now.Truncate(100 * time.Millisecond).Add(-time.Duration(rng.IntN(40)) * 100 * time.Millisecond)
+		switch rng.IntN(5) {
+		case 0:
+			return base
+		case 1:
+			return base.Add(-time.Nanosecond)
+		case 2:
+			return base.Add(time.Nanosecond)
+		case 3:
+			return base.Add(time.Duration(rng.IntN(100)) * time.Millisecond)
+		}
+		return now
+	}
+	check := func(step int, what string) {
+		t.Helper()
+		rows, err := s.Rows(ctx, cfg.Name)
+		require.NoError(t, err, "step %d %s", step, what)
+		var a, w int64
+		live := map[string]bool{}
+		for _, r := range rows {
+			live[r.ID] = true
+			if r.Status == session.StatusActive {
+				a++
+			} else {
+				w++
+			}
+		}
+		snaps, err := s.Load(ctx, []string{cfg.Name})
+		require.NoError(t, err, "step %d %s", step, what)
+		st := snaps[cfg.Name]
+		require.Equal(t, a, st.State.Active, "step %d %s: active counter vs rows", step, what)
+		require.Equal(t, w, st.State.Waiting, "step %d %s: waiting counter vs rows", step, what)
+		require.Len(t, st.Active, int(a), "step %d %s", step, what)
+		require.Len(t, st.Waiting, int(w), "step %d %s", step, what)
+		var prio []int64
+		for _, r := range rows {
+			if r.Status == session.StatusWaiting && r.Lane == session.LanePriority {
+				prio = append(prio, r.Position)
+			}
+		}
+		require.Equal(t, len(prio), len(st.PriorityWaiting), "step %d %s: priority waiting", step, what)
+		for _, id := range ids {
+			_, err := s.Get(ctx, cfg.Name, id)
+			if live[id] {
+				require.NoError(t, err, "step %d %s: Get %s", step, what, id)
+			} else {
+				require.ErrorIs(t, err, session.ErrNotFound, "step %d %s: Get %s", step, what, id)
+			}
+		}
+	}
+	var underMark, markAtCutoff int
+	code, err := session.NewPriorityCode(cfg.Name, "vip-code-0123", "vip", session.MaxCodeUses, epoch.Add(24*time.Hour), now)
+	require.NoError(t, err)
+	require.NoError(t, s.CreateCode(ctx, code))
+	for step := 1; step <= steps; step++ {
+		id := ids[rng.IntN(len(ids))]
+		var what string
+		switch p := rng.IntN(100); {
+		case p < 25:
+			what = "join " + id
+			var err error
+			if rng.IntN(3) == 0 {
+				var codeErr error
+				_, codeErr, err = s.JoinWithCode(ctx, cfg, id, "vip-code-0123", now)
+				require.NoError(t, codeErr, "step %d %s", step, what)
+			} else {
+				_, err = s.Join(ctx, cfg, id, now)
+			}
+			require.NoError(t, err, "step %d %s", step, what)
+			_, err = s.Get(ctx, cfg.Name, id)
+			require.NoError(t, err, "step %d %s: joined, not found", step, what)
+		case p < 35:
+			what = "leave " + id
+			_, err := s.Leave(ctx, cfg, id, now)
+			if !errors.Is(err, session.ErrNotFound) {
+				require.NoError(t, err, "step %d %s", step, what)
+			}
+		case p < 50:
+			var ts []session.Touch
+			for range 1 + rng.IntN(6) {
+				ts = append(ts, session.Touch{ID: ids[rng.IntN(len(ids))], LastActive: pick()})
+			}
+			what = fmt.Sprintf("touch %v", ts)
+			require.NoError(t, s.Touch(ctx, cfg.Name, ts), "step %d", step)
+		case p < 55:
+			what = "release " + id
+			_, err := s.Release(ctx, cfg, id, now)
+			if !errors.Is(err, session.ErrNotFound) {
+				require.NoError(t, err, "step %d %s", step, what)
+			}
+		case p < 58:
+			what = "notify " + id
+			_, err := s.SetNotify(ctx, cfg, id, rng.IntN(2) == 0, now)
+			if err != nil && !errors.Is(err, session.ErrNotFound) {
+				t.Logf("step %d %s: %v", step, what, err)
+			}
+		case p < 78:
+			// the clock: forward by a bit, a tenth edge, or back
+			switch rng.IntN(6) {
+			case 0:
+				now = now.Add(-time.Duration(rng.IntN(3000)) * time.Millisecond)
+			case 1:
+				now = now.Truncate(100 * time.Millisecond).Add(100 * time.Millisecond)
+			case 2:
+				now = now.Add(time.Nanosecond)
+			default:
+				now = now.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			}
+			what = "clock " + now.String()
+		case p < 95:
+			before, err := s.Rows(ctx, cfg.Name)
+			require.NoError(t, err)
+			stale := map[string]bool{}
+			var sw, sa int64
+			for _, r := range before {
+				if session.IsStale(cfg, r, now) {
+					stale[r.ID] = true
+					if r.Status == session.StatusActive {
+						sa++
+					} else {
+						sw++
+					}
+				}
+			}
+			chunk := 1 + rng.IntN(40)
+			what = fmt.Sprintf("update at %v chunk %d", now, chunk)
+			rep, err := s.Update(ctx, cfg, now, chunk)
+			require.NoError(t, err, "step %d %s", step, what)
+			require.Equal(t, sw, rep.PurgedWaiting, "step %d %s: purged waiting", step, what)
+			require.Equal(t, sa, rep.PurgedActive, "step %d %s: purged active", step, what)
+			after, err := s.Rows(ctx, cfg.Name)
+			require.NoError(t, err)
+			got := map[string]bool{}
+			for _, r := range after {
+				got[r.ID] = true
+				require.False(t, stale[r.ID], "step %d %s: %s was stale and stays", step, what, r.ID)
+			}
+			for _, r := range before {
+				if !stale[r.ID] {
+					require.True(t, got[r.ID], "step %d %s: %s was live and is gone", step, what, r.ID)
+				}
+			}
+		case p < 98:
+			what = "clean"
+			release()
+			require.NoError(t, s.WaitClean(ctx))
+			release = holdCleaner(t, s)
+		default:
+			what = "restart"
+			if rng.IntN(2) == 0 {
+				what = "crash"
+				crashed := copyFiles(t, path, t.TempDir(), "", "-wal")
+				old := s
+				defer old.Close()
+				path = crashed
+				var log sessiontest.LogBuffer
+				var err error
+				s, err = Open(path, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+				require.NoError(t, err, "step %d: open after a crash", step)
+				require.NotContains(t, log.String(), "repaired", "step %d", step)
+			} else {
+				require.NoError(t, s.Close())
+				s = open()
+			}
+			release = holdCleaner(t, s)
+		}
+		check(step, what)
+		if n := physicalRows(t, s, cfg.Name); n > 0 {
+			rows, _ := s.Rows(ctx, cfg.Name)
+			if n > len(rows) {
+				underMark++
+			}
+		}
+		var ms, ap int64
+		require.NoError(t, s.readDB.QueryRow(`SELECT purged_seen, active_purged_seen FROM gates WHERE name = 'default'`).Scan(&ms, &ap))
+		if ms != noMark.seen && seenTenth(ms) >= seenTenth(now.Add(-cfg.WaitingTimeout).UnixNano()) {
+			markAtCutoff++
+		}
+	}
+	t.Logf("steps with purged rows under a mark: %d; mark at or past the cutoff's tenth: %d", underMark, markAtCutoff)
+}
