@@ -83,12 +83,12 @@ func updateFloor(ctx context.Context, src, dir string, waitingCutoff, activeCuto
 	}
 	t0, cpu0 := time.Now(), cpuTime()
 	// The stale rows are a range of sessions_seen, whose order begins with
-	// the tenth of a second of the last sign of life (migrations/0013).
-	if r.waitingWall, err = part(stmt{&r.purgedWaiting, `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active / 100000000 <= ?2 / 100000000 AND last_active < ?2)`,
+	// the second of the last sign of life (migrations/0013).
+	if r.waitingWall, err = part(stmt{&r.purgedWaiting, `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active / 1000000000 <= ?2 / 1000000000 AND last_active < ?2)`,
 		[]any{gateName, waitingCutoff.UnixNano()}}); err != nil {
 		return r, err
 	}
-	if r.activeWall, err = part(stmt{&r.purgedActive, `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active / 100000000 <= ?2 / 100000000 AND last_active < ?2)`,
+	if r.activeWall, err = part(stmt{&r.purgedActive, `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active / 1000000000 <= ?2 / 1000000000 AND last_active < ?2)`,
 		[]any{gateName, activeCutoff.UnixNano()}}); err != nil {
 		return r, err
 	}

@@ -70,50 +70,50 @@ const (
 	//
 	// sqlStaleSeen reads the sessions of status ?6 the update purges by
 	// raising that status's mark (migrations/0011, 0012, 0013), from the
-	// mark (?2, ?3) up to the cutoff ?4's tenth of a second, in the mark's
+	// mark (?2, ?3) up to the cutoff ?4's second, in the mark's
 	// order, from the index alone: it holds all a purge reports, but an
 	// active session's claim deadline, which decides the reason reported
 	// (idle, or unclaimed). sqlStaleSeenClaim reads that too, from the
 	// row: for a gate where a row has one (sqlAnyClaim).
 	//
 	// Each is two ranges of the index, read one after the other: the rest
-	// of the mark's tenth from its position, then the later tenths (SQLite
+	// of the mark's second from its position, then the later seconds (SQLite
 	// seeks no row value of an expression, and a filter on the position
-	// would read the mark's tenth again from its start at every step).
-	sqlStaleSeen           = `SELECT position, id, last_active, created_at, lane` + staleSeenInMarksTenth
-	sqlStaleSeenAfter      = `SELECT position, id, last_active, created_at, lane` + staleSeenAfterMarksTenth
-	sqlStaleSeenClaim      = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenInMarksTenth
-	sqlStaleSeenClaimAfter = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenAfterMarksTenth
-	staleSeenRange         = ` FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = ?6 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` < ?4 / 100000000 AND `
-	staleSeenInMarksTenth  = staleSeenRange + sqlSeenTenth + ` = ?2 / 100000000 AND position >= ?3 ORDER BY position LIMIT ?5`
-	// ?3, the mark's position, is not needed past its tenth: bound to no
+	// would read the mark's second again from its start at every step).
+	sqlStaleSeen           = `SELECT position, id, last_active, created_at, lane` + staleSeenInMarksSecond
+	sqlStaleSeenAfter      = `SELECT position, id, last_active, created_at, lane` + staleSeenAfterMarksSecond
+	sqlStaleSeenClaim      = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenInMarksSecond
+	sqlStaleSeenClaimAfter = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenAfterMarksSecond
+	staleSeenRange         = ` FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = ?6 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` < ?4 / 1000000000 AND `
+	staleSeenInMarksSecond = staleSeenRange + sqlSeenSecond + ` = ?2 / 1000000000 AND position >= ?3 ORDER BY position LIMIT ?5`
+	// ?3, the mark's position, is not needed past its second: bound to no
 	// term, as SQLite allows.
-	staleSeenAfterMarksTenth = staleSeenRange + sqlSeenTenth + ` > ?2 / 100000000 ORDER BY ` + sqlSeenTenth + `, position LIMIT ?5`
+	staleSeenAfterMarksSecond = staleSeenRange + sqlSeenSecond + ` > ?2 / 1000000000 ORDER BY ` + sqlSeenSecond + `, position LIMIT ?5`
 	// sqlAnyClaim finds whether any row of the gate has a claim deadline
 	// (index sessions_claim, migrations/0009): one seek.
 	sqlAnyClaim = `SELECT 1 FROM sessions INDEXED BY sessions_claim WHERE gate = ?1 AND claim_deadline IS NOT NULL LIMIT 1`
 	//
 	// sqlPurgeUnseen deletes the stale waiters the purge mark does not
 	// purge: those without a sign of life, and those last seen in the
-	// cutoff's own tenth of a second (?2) before it (sqlStaleSeen stops
-	// at that tenth: the mark covers whole tenths, and some rows of that
+	// cutoff's own second (?2) before it (sqlStaleSeen stops
+	// at that second: the mark covers whole seconds, and some rows of that
 	// one are live), above the mark (?4, ?5).
 	sqlPurgeUnseen = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 ` +
-		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` = ?2 / 100000000 AND last_active < ?2 ` +
-		`AND (` + sqlSeenTenth + `, position) >= (?4 / 100000000, ?5)` +
+		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2 / 1000000000 AND last_active < ?2 ` +
+		`AND (` + sqlSeenSecond + `, position) >= (?4 / 1000000000, ?5)` +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
 	//
 	// sqlPurgeActive deletes the stale active sessions the active mark does
 	// not purge: called back and never claimed, without a sign of life,
 	// unclaimed past their deadline while seen since the cutoff or called
 	// back (the claim branch leaves out the rows below the active mark, ?5
-	// and ?6: purged already), or idle since the cutoff's own tenth of a
-	// second (as sqlPurgeUnseen's second branch).
+	// and ?6: purged already), or idle since the cutoff's own second (as
+	// sqlPurgeUnseen's second branch).
 	sqlPurgeActive = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
-		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND ` + sqlSeenTenth + ` <= ?2 / 100000000 AND last_active < ?2 AND claim_deadline IS NULL ` +
-		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenTenth + ` = ?2 / 100000000 AND last_active < ?2 ` +
-		`AND (` + sqlSeenTenth + `, position) >= (?5 / 100000000, ?6) ` +
+		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND ` + sqlSeenSecond + ` <= ?2 / 1000000000 AND last_active < ?2 AND claim_deadline IS NULL ` +
+		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2 / 1000000000 AND last_active < ?2 ` +
+		`AND (` + sqlSeenSecond + `, position) >= (?5 / 1000000000, ?6) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1) AND ` + liveActive5 +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
@@ -138,30 +138,30 @@ const (
 // active mark (liveActiveN, migrations/0012); for any row, with the marks
 // as stored (liveStored).
 const (
-	liveWaiter2 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenTenth + `, position) >= (?2 / 100000000, ?3))`
-	liveWaiter3 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenTenth + `, position) >= (?3 / 100000000, ?4))`
-	liveWaiter4 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenTenth + `, position) >= (?4 / 100000000, ?5))`
+	liveWaiter2 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?2 / 1000000000, ?3))`
+	liveWaiter3 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?3 / 1000000000, ?4))`
+	liveWaiter4 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?4 / 1000000000, ?5))`
 	liveActive3 = liveWaiter3
-	liveActive5 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenTenth + `, position) >= (?5 / 100000000, ?6))`
-	liveStored  = `(notify = 1 OR last_active IS NULL OR (status = 0 AND (` + sqlSeenTenth + `, position) >= (SELECT purged_seen / 100000000, purged_position FROM gates WHERE name = ?1)) ` +
-		`OR (status = 1 AND (` + sqlSeenTenth + `, position) >= (SELECT active_purged_seen / 100000000, active_purged_position FROM gates WHERE name = ?1)))`
-	// sqlSeenTenth is the tenth of a second of a row's last sign of life,
+	liveActive5 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?5 / 1000000000, ?6))`
+	liveStored  = `(notify = 1 OR last_active IS NULL OR (status = 0 AND (` + sqlSeenSecond + `, position) >= (SELECT purged_seen / 1000000000, purged_position FROM gates WHERE name = ?1)) ` +
+		`OR (status = 1 AND (` + sqlSeenSecond + `, position) >= (SELECT active_purged_seen / 1000000000, active_purged_position FROM gates WHERE name = ?1)))`
+	// sqlSeenSecond is the second of a row's last sign of life,
 	// the first term of the order of sessions_seen and of the purge marks
-	// (migrations/0013; seenTenth in Go). SQLite's integer division
+	// (migrations/0013; seenSecond in Go). SQLite's integer division
 	// truncates toward zero, as Go's does.
-	sqlSeenTenth = `last_active / 100000000`
+	sqlSeenSecond = `last_active / 1000000000`
 )
 
 // markOrder is the order rows and purge marks are compared in, as the
 // division that makes the first term of last_active and of a mark's seen:
-// tenthOrder since migrations/0013 (sqlSeenTenth); exactOrder in a file
+// secondOrder since migrations/0013 (sqlSeenSecond); exactOrder in a file
 // of schema 0011 or 0012, whose marks Open settles in that order before it
 // upgrades the file (Store.migrate).
 type markOrder string
 
 const (
-	tenthOrder markOrder = " / 100000000"
-	exactOrder markOrder = ""
+	secondOrder markOrder = " / 1000000000"
+	exactOrder  markOrder = ""
 )
 
 // covered is the condition of a row of status (0 or 1) that gate ?1's
@@ -183,7 +183,7 @@ func cleanPurgedSQL(o markOrder) string {
 }
 
 // sqlCleanPurged is the cleaner's statement, and Open's.
-var sqlCleanPurged = cleanPurgedSQL(tenthOrder)
+var sqlCleanPurged = cleanPurgedSQL(secondOrder)
 
 // The marks as stored in table gates: the condition of a gate whose marks
 // were raised (either mark, either column; IS NOT, so that a damaged value

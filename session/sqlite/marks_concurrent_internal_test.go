@@ -19,7 +19,7 @@ import (
 )
 
 // The purge marks while updates yield at every step to joins, leaves and
-// touches dated around the edges of tenths of a second (some set back),
+// touches dated around the edges of seconds (some set back),
 // with the cleaner running: afterwards the counters equal the live rows,
 // before and after a restart, and an update with nothing else running
 // leaves no stale row.
@@ -32,13 +32,15 @@ func TestMarksHoldWhileUpdatesYieldToWriters(t *testing.T) {
 	s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	cfg := sessiontest.GateConfig("default", 20)
-	cfg.WaitingTimeout = 2*time.Second + 30*time.Millisecond
-	cfg.ActiveTimeout = 3*time.Second + 70*time.Millisecond
+	// Times in tenths of the marks' unit of order (seenSecondNanos).
+	tenth := time.Duration(seenSecondNanos) / 10
+	cfg.WaitingTimeout = 20*tenth + 3*tenth/10
+	cfg.ActiveTimeout = 30*tenth + 7*tenth/10
 	var clock atomic.Int64
 	clock.Store(epoch.UnixNano())
-	// 600 waiters in a handful of tenths
+	// 600 waiters in a handful of seconds
 	for i := range 600 {
-		_, err := s.Join(ctx, cfg, fmt.Sprintf("s%d", i), epoch.Add(time.Duration(i%5)*100*time.Millisecond+time.Duration(i%3)))
+		_, err := s.Join(ctx, cfg, fmt.Sprintf("s%d", i), epoch.Add(time.Duration(i%5)*tenth+time.Duration(i%3)))
 		require.NoError(t, err)
 	}
 	var wg sync.WaitGroup
@@ -55,7 +57,7 @@ func TestMarksHoldWhileUpdatesYieldToWriters(t *testing.T) {
 				default:
 				}
 				now := time.Unix(0, clock.Load()).UTC()
-				at := now.Truncate(100 * time.Millisecond).Add(-time.Duration(rng.IntN(30)) * 100 * time.Millisecond).Add(time.Duration(rng.IntN(3) - 1))
+				at := now.Truncate(tenth).Add(-time.Duration(rng.IntN(30)) * tenth).Add(time.Duration(rng.IntN(3) - 1))
 				id := fmt.Sprintf("s%d", rng.IntN(800))
 				switch rng.IntN(4) {
 				case 0:
@@ -74,9 +76,9 @@ func TestMarksHoldWhileUpdatesYieldToWriters(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(42, 9))
 	for range 60 {
-		now := time.Unix(0, clock.Load()).UTC().Add(time.Duration(rng.IntN(900)) * time.Millisecond)
+		now := time.Unix(0, clock.Load()).UTC().Add(time.Duration(rng.IntN(900)) * tenth / 100)
 		if rng.IntN(5) == 0 {
-			now = now.Add(-2 * time.Second)
+			now = now.Add(-20 * tenth)
 		}
 		clock.Store(now.UnixNano())
 		_, err := s.Update(ctx, cfg, now, 1+rng.IntN(64))
@@ -102,7 +104,7 @@ func TestMarksHoldWhileUpdatesYieldToWriters(t *testing.T) {
 		require.Len(t, snaps[cfg.Name].Waiting, int(w))
 	}
 	check(s)
-	now := time.Unix(0, clock.Load()).UTC().Add(time.Second)
+	now := time.Unix(0, clock.Load()).UTC().Add(10 * tenth)
 	_, err = s.Update(ctx, cfg, now, 7)
 	require.NoError(t, err)
 	rows, err := s.Rows(ctx, cfg.Name)

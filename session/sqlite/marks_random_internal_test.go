@@ -21,13 +21,13 @@ import (
 // The purge marks and the counters under random operations (joins, some
 // through a priority code, leaves, touches, releases, call-backs, updates in
 // chunks of 1 to 40 rows) on a clock that jumps to and around the edges of
-// tenths of a second (migrations/0013) and is set back now and then, with
+// seconds (migrations/0013) and is set back now and then, with
 // the cleaner held or let go, clean restarts and crash copies. After each
 // step the counters equal the live rows, Load and Get agree with Rows; each
 // update removes exactly the rows session.IsStale calls stale at its now.
 // ANTEROOM_MARKS_SEED and ANTEROOM_MARKS_STEPS run another seed, longer.
 func TestMarksHoldUnderRandomOps(t *testing.T) {
-	seeds, steps := []int64{1, 2}, 300 // an even seed gives the gate a claim window
+	seeds, steps := []int64{1, 2, 3}, 300 // an even seed gives the gate a claim window; a multiple of 3 starts before 1970
 	if v := os.Getenv("ANTEROOM_MARKS_SEED"); v != "" {
 		seed, err := strconv.ParseInt(v, 10, 64)
 		require.NoError(t, err)
@@ -56,10 +56,12 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 	defer func() { s.Close() }()
 	release := holdCleaner(t, s)
 	cfg := sessiontest.GateConfig("default", 4)
-	cfg.WaitingTimeout = 2*time.Second + 30*time.Millisecond
-	cfg.ActiveTimeout = 3*time.Second + 70*time.Millisecond
+	// Times in tenths of the marks' unit of order (seenSecondNanos).
+	tenth := time.Duration(seenSecondNanos) / 10
+	cfg.WaitingTimeout = 20*tenth + 3*tenth/10
+	cfg.ActiveTimeout = 30*tenth + 7*tenth/10
 	if seed%2 == 0 {
-		cfg.ClaimTimeout = 1500 * time.Millisecond
+		cfg.ClaimTimeout = 15 * tenth
 	}
 	ids := make([]string, 60)
 	for i := range ids {
@@ -67,11 +69,11 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 	}
 	now := epoch
 	if seed%3 == 0 {
-		now = time.Unix(0, -5_000_000_123).UTC() // crosses 1970 during the run
+		now = time.Unix(0, -50_000_000_123).UTC() // crosses 1970 during the run
 	}
 	pick := func() time.Time {
-		// near a tenth's boundary, in the recent past or at now
-		base := now.Truncate(100 * time.Millisecond).Add(-time.Duration(rng.IntN(40)) * 100 * time.Millisecond)
+		// near a second's boundary, in the recent past or at now
+		base := now.Truncate(10 * tenth).Add(-time.Duration(rng.IntN(40)) * 10 * tenth)
 		switch rng.IntN(5) {
 		case 0:
 			return base
@@ -80,7 +82,7 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 		case 2:
 			return base.Add(time.Nanosecond)
 		case 3:
-			return base.Add(time.Duration(rng.IntN(100)) * time.Millisecond)
+			return base.Add(time.Duration(rng.IntN(100)) * tenth / 10)
 		}
 		return now
 	}
@@ -122,7 +124,7 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 		}
 	}
 	var underMark, markAtCutoff int
-	code, err := session.NewPriorityCode(cfg.Name, "vip-code-0123", "vip", session.MaxCodeUses, epoch.Add(24*time.Hour), now)
+	code, err := session.NewPriorityCode(cfg.Name, "vip-code-0123", "vip", session.MaxCodeUses, now.Add(24*time.Hour), now)
 	require.NoError(t, err)
 	require.NoError(t, s.CreateCode(ctx, code))
 	for step := 1; step <= steps; step++ {
@@ -168,16 +170,16 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 				t.Logf("step %d %s: %v", step, what, err)
 			}
 		case p < 78:
-			// the clock: forward by a bit, a tenth edge, or back
+			// the clock: forward by a bit, a second edge, or back
 			switch rng.IntN(6) {
 			case 0:
-				now = now.Add(-time.Duration(rng.IntN(3000)) * time.Millisecond)
+				now = now.Add(-time.Duration(rng.IntN(3000)) * tenth / 100)
 			case 1:
-				now = now.Truncate(100 * time.Millisecond).Add(100 * time.Millisecond)
+				now = now.Truncate(10 * tenth).Add(10 * tenth)
 			case 2:
 				now = now.Add(time.Nanosecond)
 			default:
-				now = now.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+				now = now.Add(time.Duration(rng.IntN(1500)) * tenth / 100)
 			}
 			what = "clock " + now.String()
 		case p < 95:
@@ -246,9 +248,9 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 		}
 		var ms, ap int64
 		require.NoError(t, s.readDB.QueryRow(`SELECT purged_seen, active_purged_seen FROM gates WHERE name = 'default'`).Scan(&ms, &ap))
-		if ms != noMark.seen && seenTenth(ms) >= seenTenth(now.Add(-cfg.WaitingTimeout).UnixNano()) {
+		if ms != noMark.seen && seenSecond(ms) >= seenSecond(now.Add(-cfg.WaitingTimeout).UnixNano()) {
 			markAtCutoff++
 		}
 	}
-	t.Logf("steps with purged rows under a mark: %d; mark at or past the cutoff's tenth: %d", underMark, markAtCutoff)
+	t.Logf("steps with purged rows under a mark: %d; mark at or past the cutoff's second: %d", underMark, markAtCutoff)
 }

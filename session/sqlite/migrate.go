@@ -21,11 +21,11 @@ var migrationFS embed.FS
 const SchemaVersion = 13
 
 // The schema versions of the purge marks: from exactMarksFrom (0011) they
-// compare rows by (last_active, position); from tenthMarksFrom (0013), by
-// the tenth of a second of last_active, then position.
+// compare rows by (last_active, position); from secondMarksFrom (0013), by
+// the second of last_active, then position.
 const (
-	exactMarksFrom = 11
-	tenthMarksFrom = 13
+	exactMarksFrom  = 11
+	secondMarksFrom = 13
 )
 
 type migration struct {

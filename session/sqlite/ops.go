@@ -202,13 +202,13 @@ func keepLive(e *gateEntry, r *session.Session) {
 	}
 	if m.covers(r.LastActive.UnixNano(), r.Position) {
 		// The least time the mark leaves the row live at: the start of
-		// the mark's tenth, or of the next one for a row before the
-		// mark's position (seenTenth).
-		t := seenTenth(m.seen)
+		// the mark's second, or of the next one for a row before the
+		// mark's position (seenSecond).
+		t := seenSecond(m.seen)
 		if r.Position < m.pos {
 			t++
 		}
-		r.LastActive = fromNanos(t * seenTenthNanos)
+		r.LastActive = fromNanos(t * seenSecondNanos)
 	}
 }
 

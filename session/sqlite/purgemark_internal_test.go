@@ -198,7 +198,7 @@ func TestAWaiterDatedBelowTheMarkStaysLive(t *testing.T) {
 	assert.Equal(t, session.StatusWaiting, late.Status)
 	got, err := s.Get(ctx, cfg.Name, "late")
 	require.NoError(t, err, "a waiter whose clock was behind is not purged by being written")
-	assert.Equal(t, epoch, got.LastActive, "recorded at the start of the mark's tenth of a second, the last purged waiters' (its position is above the mark's)")
+	assert.Equal(t, epoch, got.LastActive, "recorded at the start of the mark's second, the last purged waiters' (its position is above the mark's)")
 	snaps, err := s.Load(ctx, []string{cfg.Name})
 	require.NoError(t, err)
 	assert.EqualValues(t, 7, snaps[cfg.Name].State.Waiting)
@@ -544,17 +544,17 @@ func TestTheCleanerHearsOfAPurgeOnlyAfterItsCommit(t *testing.T) {
 }
 
 // A waiter before the mark's position whose sign of life a clock set back
-// dates below the mark is recorded at the start of the tenth of a second
-// after the mark's: at the start of the mark's own tenth, its position
+// dates below the mark is recorded at the start of the second
+// after the mark's: at the start of the mark's own second, its position
 // would still be under the mark (migrations/0013). It stays a waiter, in
 // its place.
-func TestAWaiterBeforeTheMarksPositionIsDatedAtTheNextTenth(t *testing.T) {
+func TestAWaiterBeforeTheMarksPositionIsDatedAtTheNextSecond(t *testing.T) {
 	s, cfg, _, _ := purgeFixture(t)
 	ctx := context.Background()
 	// w0 was touched (live), and sits before the purged w1..w4.
 	left, err := s.Leave(ctx, cfg, "w0", epoch.Add(-time.Hour))
 	require.NoError(t, err)
-	assert.Equal(t, epoch.Add(100*time.Millisecond), left.LastActive, "the tenth after the mark's")
+	assert.Equal(t, epoch.Add(time.Second), left.LastActive, "the second after the mark's")
 	got, err := s.Get(ctx, cfg.Name, "w0")
 	require.NoError(t, err, "written below the mark, w0 would be purged without a word")
 	assert.Equal(t, session.StatusWaiting, got.Status)
@@ -566,11 +566,11 @@ func TestAWaiterBeforeTheMarksPositionIsDatedAtTheNextTenth(t *testing.T) {
 }
 
 // The update purges exactly what is stale at its cutoff although the mark
-// covers whole tenths of a second (migrations/0013): a waiter last seen in
-// the cutoff's own tenth, before the cutoff, is deleted with its row; one
-// of an earlier tenth goes under the mark; one of the same tenth at or
+// covers whole seconds (migrations/0013): a waiter last seen in
+// the cutoff's own second, before the cutoff, is deleted with its row; one
+// of an earlier second goes under the mark; one of the same second at or
 // after the cutoff stays.
-func TestTheCutoffsTenthIsPurgedExactly(t *testing.T) {
+func TestTheCutoffsSecondIsPurgedExactly(t *testing.T) {
 	s := openInternal(t)
 	holdCleaner(t, s)
 	ctx := context.Background()
@@ -586,7 +586,7 @@ func TestTheCutoffsTenthIsPurgedExactly(t *testing.T) {
 		{ID: "w-edge", LastActive: cutoff.Add(-time.Nanosecond)},
 		{ID: "w-live", LastActive: cutoff},
 	}))
-	require.Equal(t, seenTenth(cutoff.UnixNano()), seenTenth(cutoff.Add(-30*time.Millisecond).UnixNano()), "the premise: w-edge and w-live share the cutoff's tenth")
+	require.Equal(t, seenSecond(cutoff.UnixNano()), seenSecond(cutoff.Add(-30*time.Millisecond).UnixNano()), "the premise: w-edge and w-live share the cutoff's second")
 
 	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
 	require.NoError(t, err)

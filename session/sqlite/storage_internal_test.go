@@ -750,19 +750,19 @@ func TestABlockedTruncateKeepsTheWALCounted(t *testing.T) {
 	assert.Zero(t, frames)
 }
 
-// The upgrade to 0013 (the marks in sessions_seen's order by tenths of a
+// The upgrade to 0013 (the marks in sessions_seen's order by seconds of a
 // second): the rows the marks of a file of schema 0012 cover, in the exact
 // order they were raised in, are deleted, and the marks go below every
 // row. Without that, a row the exact order covers but the new one does not
-// (in the mark's tenth of a second, before the mark's time but after its
+// (in the mark's second, before the mark's time but after its
 // position) would come back to life, counted nowhere.
 func TestMigrateTo0013DeletesWhatTheExactMarksCovered(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v12.db")
 	at := func(d time.Duration) int64 { return epoch.Add(d).UnixNano() }
-	mark := at(50 * time.Millisecond) // inside the tenth [epoch, epoch+100ms)
+	mark := at(50 * time.Millisecond) // inside the second [epoch, epoch+100ms)
 	oldSchemaFile(t, path, 12,
 		// default: waiters at 3..7 and actives at 1..2. The waiting mark
-		// (mark, 5) covers 3 (long before) and 6 (the mark's tenth, before
+		// (mark, 5) covers 3 (long before) and 6 (the mark's second, before
 		// its time, after its position); 4 (at the mark's time, before its
 		// position) too; 5 and 7 are live. The active mark (mark, 2)
 		// covers 1.
@@ -774,8 +774,8 @@ func TestMigrateTo0013DeletesWhatTheExactMarksCovered(t *testing.T) {
 			('default', 3, 'w-covered-long-ago', 0, %[3]d, %[5]d),
 			('default', 4, 'w-covered-at-the-mark', 0, %[6]d, %[5]d),
 			('default', 5, 'w-live', 0, %[2]d, %[5]d),
-			('default', 6, 'w-covered-in-the-tenth', 0, %[4]d, %[5]d),
-			('default', 7, 'w-live-in-the-tenth', 0, %[7]d, %[5]d)`,
+			('default', 6, 'w-covered-in-the-second', 0, %[4]d, %[5]d),
+			('default', 7, 'w-live-in-the-second', 0, %[7]d, %[5]d)`,
 			at(0), at(time.Minute), at(-time.Hour), at(10*time.Millisecond), at(-2*time.Hour), mark, at(60*time.Millisecond)))
 
 	var log sessiontest.LogBuffer
@@ -789,7 +789,7 @@ func TestMigrateTo0013DeletesWhatTheExactMarksCovered(t *testing.T) {
 	for _, r := range rows {
 		ids = append(ids, r.ID)
 	}
-	assert.Equal(t, []string{"a-live", "w-live", "w-live-in-the-tenth"}, ids)
+	assert.Equal(t, []string{"a-live", "w-live", "w-live-in-the-second"}, ids)
 	assert.Equal(t, 3, physicalRows(t, st, "default"), "the covered rows are deleted, not left under a mark")
 	snaps, err := st.Load(context.Background(), []string{"default"})
 	require.NoError(t, err)

@@ -474,15 +474,15 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 		checked = quickCheckAsync(ctx, dsn(s.path, busyPragma(s.busy), "query_only(1)"), s.path)
 	}
 	// A file of schema 0011 or 0012 holds purge marks in the exact order
-	// of (last_active, position); 0013 orders them by tenths of a second,
+	// of (last_active, position); 0013 orders them by seconds,
 	// in which they would cover other rows. Its rows under the marks are
 	// deleted first, in the order they were purged in, once the marks are
 	// checked against the counters as at any start (a damaged mark refuses
 	// the file, nothing deleted); 0013 then resets the marks.
 	var applied []string
-	if version >= exactMarksFrom && version < tenthMarksFrom {
+	if version >= exactMarksFrom && version < secondMarksFrom {
 		var err error
-		if applied, err = migrateTo(ctx, conn, tenthMarksFrom-1); err != nil { // 0012: both marks' columns
+		if applied, err = migrateTo(ctx, conn, secondMarksFrom-1); err != nil { // 0012: both marks' columns
 			return fmt.Errorf("migrate: %w", err)
 		}
 		purged, err := purgedToDelete(ctx, conn, s.path, exactOrder)
@@ -514,7 +514,7 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	// (clean.go): gone before anything counts or indexes the rows, and
 	// only once quick_check found the file sound and the marks agree with
 	// the counters.
-	purged, err := purgedToDelete(ctx, conn, s.path, tenthOrder)
+	purged, err := purgedToDelete(ctx, conn, s.path, secondOrder)
 	if err != nil || len(purged) > 0 {
 		if checked != nil {
 			cerr := <-checked
@@ -527,7 +527,7 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	if err != nil {
 		return err
 	}
-	cleaned, err := purgedDelete(ctx, conn, purged, tenthOrder)
+	cleaned, err := purgedDelete(ctx, conn, purged, secondOrder)
 	if err != nil {
 		return err
 	}

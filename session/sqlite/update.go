@@ -89,10 +89,10 @@ func (s *Store) othersWait(b *batch) bool {
 
 // The phases of an update, in order.
 const (
-	phasePurgeSeen       = iota // waiters last seen before the cutoff's tenth of a second: the purge mark rises over them
-	phasePurgeUnseen            // waiters without a last sign of life (written before 0003), or last seen in the cutoff's tenth before it, deleted
-	phasePurgeActiveSeen        // active sessions idle since before the cutoff's tenth of a second: the active mark rises over them
-	phasePurgeActive            // the other stale active sessions (called back, unclaimed, unseen, idle since the cutoff's tenth), deleted
+	phasePurgeSeen       = iota // waiters last seen before the cutoff's second: the purge mark rises over them
+	phasePurgeUnseen            // waiters without a last sign of life (written before 0003), or last seen in the cutoff's second before it, deleted
+	phasePurgeActiveSeen        // active sessions idle since before the cutoff's second: the active mark rises over them
+	phasePurgeActive            // the other stale active sessions (called back, unclaimed, unseen, idle since the cutoff's second), deleted
 	phasePromote                // waiters into the freed slots
 )
 
@@ -157,9 +157,9 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 }
 
 // purgeSeen purges up to n of the gate's sessions of status last seen
-// before the tenth of a second of cutoff (unix nanoseconds) and not to be
+// before the second of cutoff (unix nanoseconds) and not to be
 // called back, without touching their rows (migrations/0011, 0012, 0013;
-// those of the cutoff's own tenth are deleted by the next phase): it reads
+// those of the cutoff's own second are deleted by the next phase): it reads
 // them from the index sessions_seen, from the gate's mark of that status
 // on (e.mark for
 // waiters, e.activeMark for active sessions), accounts for each as a purge
@@ -190,7 +190,7 @@ func (s *Store) purgeSeen(b *batch, e *gateEntry, o *op, status session.Status, 
 			stmts, cols = [2]*stmt{s.wc.staleSeenClaim, s.wc.staleSeenClaimAfter}, 6
 		}
 	}
-	// The rest of the mark's tenth of a second, then the later tenths.
+	// The rest of the mark's second, then the later seconds.
 	b.rows = b.rows[:0]
 	var dest [6]driver.Value
 	for _, st := range stmts {

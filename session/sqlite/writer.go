@@ -166,8 +166,8 @@ type gateEntry struct {
 
 // purgeMark is a gate's purge mark: a row of the mark's status (waiting for
 // gateEntry.mark, active for activeMark) not to be called back (notify 0)
-// with a last sign of life, whose (seenTenth(last_active), position) is
-// below (seenTenth(seen), pos), is purged: the order of sessions_seen
+// with a last sign of life, whose (seenSecond(last_active), position) is
+// below (seenSecond(seen), pos), is purged: the order of sessions_seen
 // (migrations/0013). seen is the last sign of life of the last session
 // purged (unix nanoseconds). It rises with each purge, and goes back to
 // noMark once no row is left below it (resetMarks, sqlResetMarks). The
@@ -178,18 +178,18 @@ type purgeMark struct{ seen, pos int64 }
 // rows are all deleted: below every row.
 var noMark = purgeMark{math.MinInt64, math.MinInt64}
 
-// seenTenthNanos is the width of the first term of the marks' order: a
-// tenth of a second (seenTenth in SQL).
-const seenTenthNanos = 100_000_000
+// seenSecondNanos is the width of the first term of the marks' order: a
+// second (sqlSeenSecond in SQL).
+const seenSecondNanos = 1_000_000_000
 
-// seenTenth is the tenth of a second of a last sign of life seen (unix
+// seenSecond is the second of a last sign of life seen (unix
 // nanoseconds), truncated toward zero as SQLite's integer division is.
-func seenTenth(seen int64) int64 { return seen / seenTenthNanos }
+func seenSecond(seen int64) int64 { return seen / seenSecondNanos }
 
 // covers reports whether the mark covers a row of last sign of life seen
 // (unix nanoseconds) at pos.
 func (m purgeMark) covers(seen, pos int64) bool {
-	t, mt := seenTenth(seen), seenTenth(m.seen)
+	t, mt := seenSecond(seen), seenSecond(m.seen)
 	return t < mt || t == mt && pos < m.pos
 }
 
