@@ -393,7 +393,11 @@ func TestConcurrentJoinsReleasesAndTicks(t *testing.T) {
 	switch {
 	case len(joins.joinedWaiting) < 500 || len(promoted) < 100:
 		t.Errorf("too little contention: %d waiting joins, %d promotions", len(joins.joinedWaiting), len(promoted))
-	case ticks.Load() < 10 || tickPromoted.Load() == 0 || int64(len(promoted)) == tickPromoted.Load():
+	// Ticks run back to back, each 0.5-0.7 s under the race detector on 2
+	// CPUs, so a run of 6-7 s fits about ten, and a loaded machine fewer
+	// (9 in a CI run beside a benchmark): what the claim needs is that
+	// several ran, and that both ticks and releases promoted.
+	case ticks.Load() < 5 || tickPromoted.Load() == 0 || int64(len(promoted)) == tickPromoted.Load():
 		t.Errorf("ticks did not compete with releases: %d ticks, %d of %d promotions by ticks", ticks.Load(), tickPromoted.Load(), len(promoted))
 	case samples.Load() < 100:
 		t.Errorf("only %d samples of the global view", samples.Load())
