@@ -83,7 +83,9 @@ func updateFloor(ctx context.Context, src, dir string, waitingCutoff, activeCuto
 	}
 	t0, cpu0 := time.Now(), cpuTime()
 	// The stale rows are a range of sessions_seen, whose order begins with
-	// the second of the last sign of life (migrations/0013).
+	// the second of the last sign of life (migrations/0013), the rows not to
+	// be called back first (every row of the bulk-loaded file: notify = 0,
+	// so the active statement deletes the same rows as it did without it).
 	if r.waitingWall, err = part(stmt{&r.purgedWaiting, `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active / 1000000000 <= ?2 / 1000000000 AND last_active < ?2)`,
 		[]any{gateName, waitingCutoff.UnixNano()}}); err != nil {
 		return r, err

@@ -427,6 +427,24 @@ func purgedToDelete(ctx context.Context, conn *sql.Conn, path string, o markOrde
 	return out, nil
 }
 
+// settlePurged checks the purge marks on conn in order o (purgedToDelete)
+// and deletes the rows they cover (purgedDelete), returning how many. When
+// the check found rows to delete, or failed, it first waits for verdict,
+// quick_check's (a damaged file: say so, whatever the check of the marks
+// met): nothing is deleted before the file is known sound.
+func settlePurged(ctx context.Context, conn *sql.Conn, path string, o markOrder, verdict func() error) (int64, error) {
+	purged, err := purgedToDelete(ctx, conn, path, o)
+	if err != nil || len(purged) > 0 {
+		if verr := verdict(); verr != nil {
+			return 0, verr
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return purgedDelete(ctx, conn, purged, o)
+}
+
 // purgedDelete deletes the purged rows of gates on conn (Open, after
 // purgedToDelete and the quick_check verdict), below the marks in order o,
 // restChunk rows a statement with a passive checkpoint between statements,

@@ -25,8 +25,8 @@ const (
 	sqlResetGateMarks = `UPDATE gates SET ` + setNoMarks + ` WHERE name = ?1 ` +
 		`AND purged_seen = ?2 AND purged_position = ?3 AND active_purged_seen = ?4 AND active_purged_position = ?5`
 	// A waiting row is live unless the update purged it (migrations/0011):
-	// not to be called back, and its (last_active, position) below the
-	// gate's purge mark. The purged rows wait for the cleaner, and every
+	// not to be called back, and its (second of last_active, position)
+	// below the gate's purge mark (migrations/0013, purgeMark.covers). The purged rows wait for the cleaner, and every
 	// statement that reads waiting rows leaves them out with this
 	// condition: the writer's statements with the mark it holds (?mark:
 	// two parameters), which runs ahead of the stored one inside a
@@ -38,8 +38,8 @@ const (
 	// the commit of a purge and the index's.
 	//
 	// An active row is live in the same way unless the update purged it
-	// (migrations/0012): not to be called back, and its (last_active,
-	// position) below the gate's active mark.
+	// (migrations/0012): not to be called back, and its (second of
+	// last_active, position) below the gate's active mark.
 	//
 	// The first waiting position is sought from a lower bound the writer
 	// keeps (every active position is below every waiting one, so without it
@@ -68,52 +68,54 @@ const (
 	// The branches are disjoint (UNION ALL, no sort): the claim branch
 	// leaves out the rows the first ones select.
 	//
-	// sqlStaleSeen reads the sessions of status ?6 the update purges by
-	// raising that status's mark (migrations/0011, 0012, 0013), from the
-	// mark (?2, ?3) up to the cutoff ?4's second, in the mark's
-	// order, from the index alone: it holds all a purge reports, but an
-	// active session's claim deadline, which decides the reason reported
-	// (idle, or unclaimed). sqlStaleSeenClaim reads that too, from the
-	// row: for a gate where a row has one (sqlAnyClaim).
+	// sqlStaleSeenInMarksSecond and sqlStaleSeenAfterMarksSecond read the
+	// sessions of status ?6 the update purges by raising that status's
+	// mark (migrations/0011, 0012, 0013), from the mark (?2, ?3) up to the
+	// cutoff ?4's second, in the mark's order, from the index alone: it
+	// holds all a purge reports, but an active session's claim deadline,
+	// which decides the reason reported (idle, or unclaimed). The Claim
+	// statements read that too, from the row: for a gate where a row has
+	// one (sqlAnyClaim).
 	//
-	// Each is two ranges of the index, read one after the other: the rest
-	// of the mark's second from its position, then the later seconds (SQLite
-	// seeks no row value of an expression, and a filter on the position
-	// would read the mark's second again from its start at every step).
-	sqlStaleSeen           = `SELECT position, id, last_active, created_at, lane` + staleSeenInMarksSecond
-	sqlStaleSeenAfter      = `SELECT position, id, last_active, created_at, lane` + staleSeenAfterMarksSecond
-	sqlStaleSeenClaim      = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenInMarksSecond
-	sqlStaleSeenClaimAfter = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenAfterMarksSecond
-	staleSeenRange         = ` FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = ?6 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` < ?4 / 1000000000 AND `
-	staleSeenInMarksSecond = staleSeenRange + sqlSeenSecond + ` = ?2 / 1000000000 AND position >= ?3 ORDER BY position LIMIT ?5`
+	// They are two ranges of the index, read one after the other: the rest
+	// of the mark's second from its position, then the later seconds
+	// (SQLite seeks no row value of an expression, and a filter on the
+	// position would read the mark's second again from its start at every
+	// step). staleSeenFrom is what both ranges share.
+	sqlStaleSeenInMarksSecond         = `SELECT position, id, last_active, created_at, lane` + staleSeenInMarksSecond
+	sqlStaleSeenAfterMarksSecond      = `SELECT position, id, last_active, created_at, lane` + staleSeenAfterMarksSecond
+	sqlStaleSeenClaimInMarksSecond    = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenInMarksSecond
+	sqlStaleSeenClaimAfterMarksSecond = `SELECT position, id, last_active, created_at, lane, claim_deadline` + staleSeenAfterMarksSecond
+	staleSeenFrom                     = ` FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = ?6 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` < ?4` + sqlPerSecond + ` AND `
+	staleSeenInMarksSecond            = staleSeenFrom + sqlSeenSecond + ` = ?2` + sqlPerSecond + ` AND position >= ?3 ORDER BY position LIMIT ?5`
 	// ?3, the mark's position, is not needed past its second: bound to no
 	// term, as SQLite allows.
-	staleSeenAfterMarksSecond = staleSeenRange + sqlSeenSecond + ` > ?2 / 1000000000 ORDER BY ` + sqlSeenSecond + `, position LIMIT ?5`
+	staleSeenAfterMarksSecond = staleSeenFrom + sqlSeenSecond + ` > ?2` + sqlPerSecond + ` ORDER BY ` + sqlSeenSecond + `, position LIMIT ?5`
 	// sqlAnyClaim finds whether any row of the gate has a claim deadline
 	// (index sessions_claim, migrations/0009): one seek.
 	sqlAnyClaim = `SELECT 1 FROM sessions INDEXED BY sessions_claim WHERE gate = ?1 AND claim_deadline IS NOT NULL LIMIT 1`
-	//
-	// sqlPurgeUnseen deletes the stale waiters the purge mark does not
-	// purge: those without a sign of life, and those last seen in the
-	// cutoff's own second (?2) before it (sqlStaleSeen stops
-	// at that second: the mark covers whole seconds, and some rows of that
-	// one are live), above the mark (?4, ?5).
-	sqlPurgeUnseen = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
+	// sqlPurgeWaitingInPlace deletes the stale waiters the purge mark does
+	// not purge: those without a sign of life, and those last seen in the
+	// cutoff's own second (?2) before it (sqlStaleSeenAfterMarksSecond
+	// stops at that second: the mark covers whole seconds, and some rows of
+	// that one are live), above the mark (?4, ?5) and after position ?6:
+	// the update's steps go on in position order through that second (a
+	// seek, not a read of the second again from its start at every step).
+	sqlPurgeWaitingInPlace = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 ` +
-		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2 / 1000000000 AND last_active < ?2 ` +
-		`AND (` + sqlSeenSecond + `, position) >= (?4 / 1000000000, ?5)` +
+		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2` + sqlPerSecond + ` AND position > ?6 AND last_active < ?2 ` +
+		`AND (` + sqlSeenSecond + `, position) >= (?4` + sqlPerSecond + `, ?5)` +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
-	//
 	// sqlPurgeActive deletes the stale active sessions the active mark does
 	// not purge: called back and never claimed, without a sign of life,
 	// unclaimed past their deadline while seen since the cutoff or called
 	// back (the claim branch leaves out the rows below the active mark, ?5
-	// and ?6: purged already), or idle since the cutoff's own second (as
-	// sqlPurgeUnseen's second branch).
+	// and ?6: purged already), or idle since the cutoff's own second, after
+	// position ?7 (as sqlPurgeWaitingInPlace's second branch).
 	sqlPurgeActive = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
-		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND ` + sqlSeenSecond + ` <= ?2 / 1000000000 AND last_active < ?2 AND claim_deadline IS NULL ` +
-		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2 / 1000000000 AND last_active < ?2 ` +
-		`AND (` + sqlSeenSecond + `, position) >= (?5 / 1000000000, ?6) ` +
+		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND ` + sqlSeenSecond + ` <= ?2` + sqlPerSecond + ` AND last_active < ?2 AND claim_deadline IS NULL ` +
+		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2` + sqlPerSecond + ` AND position > ?7 AND last_active < ?2 ` +
+		`AND (` + sqlSeenSecond + `, position) >= (?5` + sqlPerSecond + `, ?6) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1) AND ` + liveActive5 +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
@@ -138,18 +140,21 @@ const (
 // active mark (liveActiveN, migrations/0012); for any row, with the marks
 // as stored (liveStored).
 const (
-	liveWaiter2 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?2 / 1000000000, ?3))`
-	liveWaiter3 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?3 / 1000000000, ?4))`
-	liveWaiter4 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?4 / 1000000000, ?5))`
+	liveWaiter2 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?2` + sqlPerSecond + `, ?3))`
+	liveWaiter3 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?3` + sqlPerSecond + `, ?4))`
+	liveWaiter4 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?4` + sqlPerSecond + `, ?5))`
 	liveActive3 = liveWaiter3
-	liveActive5 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?5 / 1000000000, ?6))`
-	liveStored  = `(notify = 1 OR last_active IS NULL OR (status = 0 AND (` + sqlSeenSecond + `, position) >= (SELECT purged_seen / 1000000000, purged_position FROM gates WHERE name = ?1)) ` +
-		`OR (status = 1 AND (` + sqlSeenSecond + `, position) >= (SELECT active_purged_seen / 1000000000, active_purged_position FROM gates WHERE name = ?1)))`
+	liveActive5 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?5` + sqlPerSecond + `, ?6))`
+	liveStored  = `(notify = 1 OR last_active IS NULL OR (status = 0 AND (` + sqlSeenSecond + `, position) >= (SELECT purged_seen` + sqlPerSecond + `, purged_position FROM gates WHERE name = ?1)) ` +
+		`OR (status = 1 AND (` + sqlSeenSecond + `, position) >= (SELECT active_purged_seen` + sqlPerSecond + `, active_purged_position FROM gates WHERE name = ?1)))`
 	// sqlSeenSecond is the second of a row's last sign of life,
 	// the first term of the order of sessions_seen and of the purge marks
 	// (migrations/0013; seenSecond in Go). SQLite's integer division
 	// truncates toward zero, as Go's does.
-	sqlSeenSecond = `last_active / 1000000000`
+	sqlSeenSecond = `last_active` + sqlPerSecond
+	// sqlPerSecond divides unix nanoseconds into seconds (seenSecondNanos
+	// in Go; the index expression of migrations/0013 is written with it).
+	sqlPerSecond = ` / 1000000000`
 )
 
 // markOrder is the order rows and purge marks are compared in, as the
@@ -160,7 +165,7 @@ const (
 type markOrder string
 
 const (
-	secondOrder markOrder = " / 1000000000"
+	secondOrder markOrder = sqlPerSecond
 	exactOrder  markOrder = ""
 )
 
@@ -224,7 +229,7 @@ type wconn struct {
 	deleteRow, firstWaiters, staleSeen          *stmt
 	staleSeenClaim, anyClaim, resetGateMarks    *stmt
 	staleSeenAfter, staleSeenClaimAfter         *stmt
-	purgeUnseen, cleanPurged                    *stmt
+	purgeWaitingInPlace, cleanPurged            *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
 	selectMeta, insertMeta, deleteMeta          *stmt
 	allSettings                                 *stmt
@@ -245,8 +250,8 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
 		{&w.selectGate, sqlSelectGate}, {&w.insertGate, sqlInsertGate}, {&w.updateGate, sqlUpdateGate}, {&w.bounds, sqlBounds},
 		{&w.selectRow, sqlSelectRow}, {&w.rowExists, sqlRowExists}, {&w.insertRow, sqlInsertRow}, {&w.updateRow, sqlUpdateRow},
-		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeen}, {&w.staleSeenClaim, sqlStaleSeenClaim}, {&w.staleSeenAfter, sqlStaleSeenAfter}, {&w.staleSeenClaimAfter, sqlStaleSeenClaimAfter}, {&w.anyClaim, sqlAnyClaim}, {&w.resetGateMarks, sqlResetGateMarks},
-		{&w.purgeUnseen, sqlPurgeUnseen}, {&w.cleanPurged, sqlCleanPurged},
+		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeenInMarksSecond}, {&w.staleSeenClaim, sqlStaleSeenClaimInMarksSecond}, {&w.staleSeenAfter, sqlStaleSeenAfterMarksSecond}, {&w.staleSeenClaimAfter, sqlStaleSeenClaimAfterMarksSecond}, {&w.anyClaim, sqlAnyClaim}, {&w.resetGateMarks, sqlResetGateMarks},
+		{&w.purgeWaitingInPlace, sqlPurgeWaitingInPlace}, {&w.cleanPurged, sqlCleanPurged},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
 		{&w.allSettings, sqlAllSettings},
@@ -287,7 +292,7 @@ func (w *wconn) close() error {
 		w.begin, w.commit, w.rollback,
 		w.selectGate, w.insertGate, w.updateGate, w.bounds,
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
-		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleSeenClaim, w.staleSeenAfter, w.staleSeenClaimAfter, w.anyClaim, w.resetGateMarks, w.purgeUnseen, w.cleanPurged,
+		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleSeenClaim, w.staleSeenAfter, w.staleSeenClaimAfter, w.anyClaim, w.resetGateMarks, w.purgeWaitingInPlace, w.cleanPurged,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.allSettings,

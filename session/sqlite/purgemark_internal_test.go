@@ -606,3 +606,181 @@ func TestTheCutoffsSecondIsPurgedExactly(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, snaps[cfg.Name].State.Waiting)
 }
+
+// A session the mark purged, whose row waits for the cleaner, lies in the
+// cutoff's own second when the clock is set back: the statement that
+// deletes the stale rows of that second in place (sqlPurgeUnseen,
+// sqlPurgeActive) must leave it out, or it is counted out and reported a
+// second time and the counter drifts below the rows.
+func TestARowUnderTheMarkInTheCutoffsSecondIsNotPurgedTwice(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		active bool
+	}{{"waiting", false}, {"active", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openInternal(t)
+			holdCleaner(t, s) // the purged row stays under the mark
+			ctx := context.Background()
+			limit := int64(1)
+			if tc.active {
+				limit = 2
+			}
+			cfg := sessiontest.GateConfig("default", limit)
+			timeout := cfg.WaitingTimeout
+			if tc.active {
+				timeout = cfg.ActiveTimeout
+			}
+			for _, id := range []string{"keep", "gone"} {
+				_, err := s.Join(ctx, cfg, id, epoch)
+				require.NoError(t, err)
+			}
+			seen := epoch.Add(200 * time.Millisecond) // gone's last sign of life, in second S
+			now1 := seen.Add(timeout + 2*time.Second)
+			require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "gone", LastActive: seen}, {ID: "keep", LastActive: now1}}))
+			rep, err := s.Update(ctx, cfg, now1, session.DefaultUpdateChunk)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, rep.PurgedWaiting+rep.PurgedActive, "gone, by the mark")
+			require.Equal(t, 2, physicalRows(t, s, cfg.Name), "gone's row waits under the mark")
+
+			// The clock goes back: the cutoff falls in S, after gone's sign of life.
+			now2 := epoch.Add(500*time.Millisecond + timeout)
+			require.Equal(t, seenSecond(seen.UnixNano()), seenSecond(now2.Add(-timeout).UnixNano()))
+			rep, err = s.Update(ctx, cfg, now2, session.DefaultUpdateChunk)
+			require.NoError(t, err)
+			assert.Zero(t, rep.PurgedWaiting+rep.PurgedActive, "gone was purged already")
+
+			snaps, err := s.Load(ctx, []string{cfg.Name})
+			require.NoError(t, err)
+			st := snaps[cfg.Name].State
+			assert.EqualValues(t, 1, st.Active+st.Waiting, "keep is counted")
+			rows, err := s.Rows(ctx, cfg.Name)
+			require.NoError(t, err)
+			require.Len(t, rows, 1)
+			assert.Equal(t, "keep", rows[0].ID)
+		})
+	}
+}
+
+// The lottery at an event's start moves pre-queued waiters to other
+// positions of the draw. A waiter dated in the mark's second above its
+// position (keepLive, a clock set back) that the draw moves before the
+// mark's position would fall under the mark (migrations/0013: the mark
+// orders by second, then position): moveSessions dates it again
+// (keepLive), and it stays a waiter, counted and found.
+func TestAWaiterTheLotteryMovesBeforeTheMarksPositionStaysLive(t *testing.T) {
+	s := openInternal(t)
+	holdCleaner(t, s) // the purged rows stay under the mark
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	held := cfg
+	held.Mode = session.ModeQueueAll
+	_, err := s.Join(ctx, cfg, "a0", epoch)
+	require.NoError(t, err)
+	ev := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: epoch, StartsAt: epoch.Add(time.Hour),
+		Shuffle: true, Seed: []byte("0123456789abcdef0123456789abcdef")}
+	_, err = s.SaveEvent(ctx, ev)
+	require.NoError(t, err)
+	_, changed, err := s.AdvanceEvent(ctx, "default", "drop", epoch)
+	require.NoError(t, err)
+	require.True(t, changed, "the pre-queue opens")
+
+	var keep, gone, late []string
+	for i := range 5 {
+		keep = append(keep, fmt.Sprintf("keep%d", i))
+		gone = append(gone, fmt.Sprintf("gone%d", i))
+		late = append(late, fmt.Sprintf("late%d", i))
+	}
+	for _, id := range append(append([]string{}, keep...), gone...) {
+		_, err := s.Join(ctx, held, id, epoch)
+		require.NoError(t, err)
+	}
+	now := epoch.Add(cfg.WaitingTimeout + 2*time.Second)
+	var ts []session.Touch
+	for _, id := range append([]string{"a0"}, keep...) {
+		ts = append(ts, session.Touch{ID: id, LastActive: now})
+	}
+	require.NoError(t, s.Touch(ctx, cfg.Name, ts))
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, len(gone), rep.PurgedWaiting, "the gone waiters go under the mark (epoch's second, after their positions)")
+
+	// A clock set back: new waiters are dated at the start of the mark's
+	// second, after its position.
+	for _, id := range late {
+		w, err := s.Join(ctx, held, id, epoch.Add(-time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, epoch, w.LastActive, "keepLive: the start of the mark's second")
+	}
+
+	_, changed, err = s.AdvanceEvent(ctx, "default", "drop", ev.StartsAt)
+	require.NoError(t, err)
+	require.True(t, changed, "the lottery is drawn")
+
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.EqualValues(t, len(keep)+len(late), snaps[cfg.Name].State.Waiting)
+	rows, err := s.Rows(ctx, cfg.Name)
+	require.NoError(t, err)
+	assert.Len(t, rows, 1+len(keep)+len(late), "every waiter of the draw is live")
+	for _, id := range append(append([]string{}, keep...), late...) {
+		_, err := s.Get(ctx, cfg.Name, id)
+		assert.NoError(t, err, "%s, moved by the draw", id)
+	}
+}
+
+// The stale rows of the cutoff's own second are deleted in place through
+// steps of a few rows, in position order, each going on where the last
+// stopped (updateStep.inPlace): the second's live rows stay, whatever the
+// interleaving, on both sides of the marks.
+func TestTheCutoffsSecondIsDeletedInPlaceThroughSmallSteps(t *testing.T) {
+	for _, active := range []bool{false, true} {
+		t.Run(fmt.Sprint("active ", active), func(t *testing.T) {
+			s := openInternal(t)
+			holdCleaner(t, s)
+			ctx := context.Background()
+			const n = 60
+			limit := int64(1)
+			if active {
+				limit = n
+			}
+			cfg := sessiontest.GateConfig("default", limit)
+			timeout := cfg.WaitingTimeout
+			if active {
+				timeout = cfg.ActiveTimeout
+			}
+			now := epoch.Add(timeout + time.Second + 500*time.Millisecond)
+			cutoff := now.Add(-timeout)
+			var touches []session.Touch
+			stale := map[string]bool{}
+			for i := range n {
+				id := fmt.Sprintf("s%02d", i)
+				_, err := s.Join(ctx, cfg, id, epoch)
+				require.NoError(t, err)
+				// In the cutoff's second: every third one after the
+				// cutoff (live), the others before it (stale).
+				la := cutoff.Add(-time.Duration(i+1) * time.Millisecond)
+				if i%3 == 0 {
+					la = cutoff.Add(time.Duration(i) * time.Millisecond)
+				} else {
+					stale[id] = true
+				}
+				touches = append(touches, session.Touch{ID: id, LastActive: la})
+			}
+			if !active {
+				touches[0].LastActive = now // the one active session stays
+				delete(stale, "s00")
+			}
+			require.NoError(t, s.Touch(ctx, cfg.Name, touches))
+			rep, err := s.Update(ctx, cfg, now, 3)
+			require.NoError(t, err)
+			assert.EqualValues(t, len(stale), rep.PurgedWaiting+rep.PurgedActive)
+			rows, err := s.Rows(ctx, cfg.Name)
+			require.NoError(t, err)
+			for _, r := range rows {
+				assert.False(t, stale[r.ID], "%s is stale and stays", r.ID)
+			}
+			assert.Len(t, rows, n-len(stale))
+			assert.Equal(t, n-len(stale), physicalRows(t, s, cfg.Name), "deleted in place, not under a mark")
+		})
+	}
+}

@@ -750,16 +750,15 @@ func TestABlockedTruncateKeepsTheWALCounted(t *testing.T) {
 	assert.Zero(t, frames)
 }
 
-// The upgrade to 0013 (the marks in sessions_seen's order by seconds of a
-// second): the rows the marks of a file of schema 0012 cover, in the exact
-// order they were raised in, are deleted, and the marks go below every
-// row. Without that, a row the exact order covers but the new one does not
+// The upgrade to 0013 (the marks in sessions_seen's order by seconds):
+// the rows the marks of a file of schema 0012 cover, in the exact order
+// they were raised in, are deleted, and the marks go below every row. Without that, a row the exact order covers but the new one does not
 // (in the mark's second, before the mark's time but after its
 // position) would come back to life, counted nowhere.
 func TestMigrateTo0013DeletesWhatTheExactMarksCovered(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v12.db")
 	at := func(d time.Duration) int64 { return epoch.Add(d).UnixNano() }
-	mark := at(50 * time.Millisecond) // inside the second [epoch, epoch+100ms)
+	mark := at(50 * time.Millisecond) // inside the second [epoch, epoch+1s)
 	oldSchemaFile(t, path, 12,
 		// default: waiters at 3..7 and actives at 1..2. The waiting mark
 		// (mark, 5) covers 3 (long before) and 6 (the mark's second, before

@@ -485,11 +485,7 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 		if applied, err = migrateTo(ctx, conn, secondMarksFrom-1); err != nil { // 0012: both marks' columns
 			return fmt.Errorf("migrate: %w", err)
 		}
-		purged, err := purgedToDelete(ctx, conn, s.path, exactOrder)
-		if err != nil {
-			return err
-		}
-		cleaned, err := purgedDelete(ctx, conn, purged, exactOrder)
+		cleaned, err := settlePurged(ctx, conn, s.path, exactOrder, func() error { return nil }) // quick_check ran before the migrations
 		if err != nil {
 			return err
 		}
@@ -514,20 +510,14 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	// (clean.go): gone before anything counts or indexes the rows, and
 	// only once quick_check found the file sound and the marks agree with
 	// the counters.
-	purged, err := purgedToDelete(ctx, conn, s.path, secondOrder)
-	if err != nil || len(purged) > 0 {
-		if checked != nil {
-			cerr := <-checked
-			checked = nil
-			if cerr != nil {
-				return cerr // a damaged file: say so, whatever the check of the marks met
-			}
+	cleaned, err := settlePurged(ctx, conn, s.path, secondOrder, func() error {
+		if checked == nil {
+			return nil
 		}
-	}
-	if err != nil {
-		return err
-	}
-	cleaned, err := purgedDelete(ctx, conn, purged, secondOrder)
+		c := checked
+		checked = nil
+		return <-c
+	})
 	if err != nil {
 		return err
 	}

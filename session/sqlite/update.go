@@ -89,11 +89,11 @@ func (s *Store) othersWait(b *batch) bool {
 
 // The phases of an update, in order.
 const (
-	phasePurgeSeen       = iota // waiters last seen before the cutoff's second: the purge mark rises over them
-	phasePurgeUnseen            // waiters without a last sign of life (written before 0003), or last seen in the cutoff's second before it, deleted
-	phasePurgeActiveSeen        // active sessions idle since before the cutoff's second: the active mark rises over them
-	phasePurgeActive            // the other stale active sessions (called back, unclaimed, unseen, idle since the cutoff's second), deleted
-	phasePromote                // waiters into the freed slots
+	phasePurgeSeen           = iota // waiters last seen before the cutoff's second: the purge mark rises over them
+	phasePurgeWaitingInPlace        // waiters without a last sign of life (written before 0003), or last seen in the cutoff's second before it, deleted
+	phasePurgeActiveSeen            // active sessions idle since before the cutoff's second: the active mark rises over them
+	phasePurgeActive                // the other stale active sessions (called back, unclaimed, unseen, idle since the cutoff's second), deleted
+	phasePromote                    // waiters into the freed slots
 )
 
 // updateStep runs one statement of an update's current phase on at most n
@@ -116,12 +116,15 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 			st.phase++
 		}
 		return did, nil
-	case phasePurgeUnseen, phasePurgeActive:
-		what, stmt, cutoff := "purge waiting", s.wc.purgeUnseen, st.waitingCutoff
-		args := []any{e.name, cutoff, n, e.mark.seen, e.mark.pos}
+	case phasePurgeWaitingInPlace, phasePurgeActive:
+		what, stmt, cutoff, mark := "purge waiting", s.wc.purgeWaitingInPlace, st.waitingCutoff, e.mark
 		if st.phase == phasePurgeActive {
-			what, stmt, cutoff = "purge active", s.wc.purgeActive, st.activeCutoff
-			args = []any{e.name, cutoff, n, st.now, e.activeMark.seen, e.activeMark.pos}
+			what, stmt, cutoff, mark = "purge active", s.wc.purgeActive, st.activeCutoff, e.activeMark
+		}
+		after := st.inPlaceAfter(cutoff, mark)
+		args := []any{e.name, cutoff, n, mark.seen, mark.pos, after}
+		if st.phase == phasePurgeActive {
+			args = []any{e.name, cutoff, n, st.now, mark.seen, mark.pos, after}
 		}
 		rows, err := s.wc.query(stmt, args...)
 		if err != nil {
@@ -134,8 +137,9 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 		if err := s.purged(b, e, o); err != nil {
 			return 0, err
 		}
+		st.deletedInPlace(b.rows, cutoff)
 		did := int64(len(b.rows))
-		if st.phase == phasePurgeUnseen {
+		if st.phase == phasePurgeWaitingInPlace {
 			st.purgedWaiting += did
 		} else {
 			st.purgedActive += did
@@ -157,12 +161,12 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 }
 
 // purgeSeen purges up to n of the gate's sessions of status last seen
-// before the second of cutoff (unix nanoseconds) and not to be
-// called back, without touching their rows (migrations/0011, 0012, 0013;
-// those of the cutoff's own second are deleted by the next phase): it reads
-// them from the index sessions_seen, from the gate's mark of that status
-// on (e.mark for
-// waiters, e.activeMark for active sessions), accounts for each as a purge
+// before the second of cutoff (unix nanoseconds) and not to be called
+// back, without touching their rows (migrations/0011, 0012, 0013; those of
+// the cutoff's own second are deleted in place by the next phase): it
+// reads them from the index sessions_seen, from the gate's mark of that
+// status on (e.mark for waiters, e.activeMark for active sessions), in
+// the marks' order, accounts for each as a purge
 // (session.DecidePurge, the index, the events), and raises the mark just
 // over the last of them. Only over them: the mark is always a purged
 // session's own sign of life, never the cutoff, which an update run on a
@@ -251,4 +255,41 @@ func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
 		b.left(r, session.StaleReason(o.cfg, r, now))
 	}
 	return nil
+}
+
+// inPlaceAfter returns the position after which this step deletes the
+// stale rows of the second of cutoff (unix nanoseconds) in the current
+// phase: where the previous steps stopped, or, at the phase's first step,
+// just before the mark's position when the mark lies in that second (the
+// rows before it are purged already), else before every position.
+func (st *updateStep) inPlaceAfter(cutoff int64, m purgeMark) int64 {
+	sec := seenSecond(cutoff)
+	if st.inPlace.set && st.inPlace.phase == st.phase && st.inPlace.second == sec {
+		return st.inPlace.pos
+	}
+	if seenSecond(m.seen) == sec && m.pos > math.MinInt64 {
+		return m.pos - 1
+	}
+	return math.MinInt64
+}
+
+// deletedInPlace records the last position of the cutoff's own second
+// among the rows a step of the in-place phases deleted: those not to be
+// called back, last seen in that second before cutoff (the other branches
+// delete rows called back, without a sign of life, or seen since the
+// cutoff).
+func (st *updateStep) deletedInPlace(rows []session.Session, cutoff int64) {
+	sec := seenSecond(cutoff)
+	for _, r := range rows {
+		if r.Notify || r.LastActive.IsZero() {
+			continue
+		}
+		la := r.LastActive.UnixNano()
+		if la >= cutoff || seenSecond(la) != sec {
+			continue
+		}
+		if !st.inPlace.set || st.inPlace.phase != st.phase || st.inPlace.second != sec || r.Position > st.inPlace.pos {
+			st.inPlace = inPlaceFrom{phase: st.phase, second: sec, pos: r.Position, set: true}
+		}
+	}
 }

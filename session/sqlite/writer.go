@@ -119,6 +119,19 @@ type updateStep struct {
 	lineEnd int64
 
 	purgedWaiting, purgedActive, promoted int64
+
+	// inPlace is where the deletion of the stale rows of the cutoff's own
+	// second (sqlPurgeWaitingInPlace, sqlPurgeActive) goes on from: the
+	// last position it deleted in that second, in that phase.
+	inPlace inPlaceFrom
+}
+
+// inPlaceFrom is a position in a second of the marks' order, in a phase of
+// an update: the steps after it read that second from there on.
+type inPlaceFrom struct {
+	phase       int
+	second, pos int64
+	set         bool
 }
 
 // gateEntry is the writer's copy of a gate's counters. Owning the file alone,
