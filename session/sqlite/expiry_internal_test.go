@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -103,4 +105,14 @@ func TestPriorityStatementsSearchTheirIndexes(t *testing.T) {
 		t.Logf("%s:\n%s", tc.name, joined)
 		assert.NotContains(t, joined, "SCAN sessions", "%s sweeps the table:\n%s", tc.name, joined)
 	}
+}
+
+// The marks' order is written three times: in Go (seenSecondNanos), in the
+// statements (sqlPerSecond) and in the index of migrations/0013, which
+// SQLite uses only for the very expression the statements write.
+func TestTheMarksOrderIsOneUnit(t *testing.T) {
+	assert.Equal(t, fmt.Sprintf(" / %d", seenSecondNanos), sqlPerSecond)
+	m, err := os.ReadFile("migrations/0013_seen_order.sql")
+	require.NoError(t, err)
+	assert.Contains(t, string(m), "ON sessions (gate, status, notify, "+sqlSeenSecond+", position,")
 }
