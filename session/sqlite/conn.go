@@ -101,6 +101,11 @@ const (
 	// that one are live), above the mark (?4, ?5) and after position ?6:
 	// the update's steps go on in position order through that second (a
 	// seek, not a read of the second again from its start at every step).
+	// That takes the rows a step deletes there to be the first ones after
+	// ?6: SQLite reads the branch in the index's order and the branches of
+	// UNION ALL one after the other (the test of the in-place steps,
+	// TestTheCutoffsSecondIsDeletedInPlaceThroughSmallSteps, fails if it
+	// stops doing so).
 	sqlPurgeWaitingInPlace = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 ` +
 		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2` + sqlPerSecond + ` AND position > ?6 AND last_active < ?2 ` +
@@ -221,6 +226,10 @@ type wconn struct {
 	// may have written before it failed), so that the writer knows whether
 	// a failed op left writes behind.
 	writes int64
+	// moves counts the moves of rows to other positions (moveSessions),
+	// tried or committed: an update's in-place cursor (updateStep.inPlace)
+	// taken before one is not trusted after it.
+	moves uint64
 
 	begin, commit, rollback *stmt
 

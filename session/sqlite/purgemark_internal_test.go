@@ -609,7 +609,7 @@ func TestTheCutoffsSecondIsPurgedExactly(t *testing.T) {
 
 // A session the mark purged, whose row waits for the cleaner, lies in the
 // cutoff's own second when the clock is set back: the statement that
-// deletes the stale rows of that second in place (sqlPurgeUnseen,
+// deletes the stale rows of that second in place (sqlPurgeWaitingInPlace,
 // sqlPurgeActive) must leave it out, or it is counted out and reported a
 // second time and the counter drifts below the rows.
 func TestARowUnderTheMarkInTheCutoffsSecondIsNotPurgedTwice(t *testing.T) {
@@ -730,8 +730,7 @@ func TestAWaiterTheLotteryMovesBeforeTheMarksPositionStaysLive(t *testing.T) {
 
 // The stale rows of the cutoff's own second are deleted in place through
 // steps of a few rows, in position order, each going on where the last
-// stopped (updateStep.inPlace): the second's live rows stay, whatever the
-// interleaving, on both sides of the marks.
+// stopped (updateStep.inPlace): the second's live rows stay.
 func TestTheCutoffsSecondIsDeletedInPlaceThroughSmallSteps(t *testing.T) {
 	for _, active := range []bool{false, true} {
 		t.Run(fmt.Sprint("active ", active), func(t *testing.T) {

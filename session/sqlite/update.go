@@ -121,7 +121,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 		if st.phase == phasePurgeActive {
 			what, stmt, cutoff, mark = "purge active", s.wc.purgeActive, st.activeCutoff, e.activeMark
 		}
-		after := st.inPlaceAfter(cutoff, mark)
+		after := st.inPlaceAfter(cutoff, mark, s.wc.moves)
 		args := []any{e.name, cutoff, n, mark.seen, mark.pos, after}
 		if st.phase == phasePurgeActive {
 			args = []any{e.name, cutoff, n, st.now, mark.seen, mark.pos, after}
@@ -137,7 +137,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 		if err := s.purged(b, e, o); err != nil {
 			return 0, err
 		}
-		st.deletedInPlace(b.rows, cutoff)
+		st.deletedInPlace(b.rows, cutoff, s.wc.moves)
 		did := int64(len(b.rows))
 		if st.phase == phasePurgeWaitingInPlace {
 			st.purgedWaiting += did
@@ -259,12 +259,13 @@ func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
 
 // inPlaceAfter returns the position after which this step deletes the
 // stale rows of the second of cutoff (unix nanoseconds) in the current
-// phase: where the previous steps stopped, or, at the phase's first step,
-// just before the mark's position when the mark lies in that second (the
-// rows before it are purged already), else before every position.
-func (st *updateStep) inPlaceAfter(cutoff int64, m purgeMark) int64 {
+// phase: where the previous steps stopped (updateStep.inPlace: the same
+// phase, cutoff and count of moves), or else just before the mark's
+// position when the mark lies in that second (the rows before it are
+// purged already), or else before every position.
+func (st *updateStep) inPlaceAfter(cutoff int64, m purgeMark, moves uint64) int64 {
 	sec := seenSecond(cutoff)
-	if st.inPlace.set && st.inPlace.phase == st.phase && st.inPlace.second == sec {
+	if st.inPlace.set && st.inPlace.phase == st.phase && st.inPlace.cutoff == cutoff && st.inPlace.moves == moves {
 		return st.inPlace.pos
 	}
 	if seenSecond(m.seen) == sec && m.pos > math.MinInt64 {
@@ -278,7 +279,7 @@ func (st *updateStep) inPlaceAfter(cutoff int64, m purgeMark) int64 {
 // called back, last seen in that second before cutoff (the other branches
 // delete rows called back, without a sign of life, or seen since the
 // cutoff).
-func (st *updateStep) deletedInPlace(rows []session.Session, cutoff int64) {
+func (st *updateStep) deletedInPlace(rows []session.Session, cutoff int64, moves uint64) {
 	sec := seenSecond(cutoff)
 	for _, r := range rows {
 		if r.Notify || r.LastActive.IsZero() {
@@ -288,8 +289,8 @@ func (st *updateStep) deletedInPlace(rows []session.Session, cutoff int64) {
 		if la >= cutoff || seenSecond(la) != sec {
 			continue
 		}
-		if !st.inPlace.set || st.inPlace.phase != st.phase || st.inPlace.second != sec || r.Position > st.inPlace.pos {
-			st.inPlace = inPlaceFrom{phase: st.phase, second: sec, pos: r.Position, set: true}
+		if !st.inPlace.set || st.inPlace.phase != st.phase || st.inPlace.cutoff != cutoff || st.inPlace.moves != moves || r.Position > st.inPlace.pos {
+			st.inPlace = inPlaceFrom{phase: st.phase, cutoff: cutoff, pos: r.Position, moves: moves, set: true}
 		}
 	}
 }

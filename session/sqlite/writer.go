@@ -122,15 +122,20 @@ type updateStep struct {
 
 	// inPlace is where the deletion of the stale rows of the cutoff's own
 	// second (sqlPurgeWaitingInPlace, sqlPurgeActive) goes on from: the
-	// last position it deleted in that second, in that phase.
+	// last position it deleted in that second. It holds in the same phase,
+	// at the same exact cutoff (stored settings saved between two
+	// transactions may move it), and while no row moved to another
+	// position (a lottery drawn between two transactions, wconn.moves);
+	// otherwise the second is read from its start again.
 	inPlace inPlaceFrom
 }
 
-// inPlaceFrom is a position in a second of the marks' order, in a phase of
-// an update: the steps after it read that second from there on.
+// inPlaceFrom is a position in the cutoff's second of the marks' order, in
+// a phase of an update: the steps after it read that second from there on.
 type inPlaceFrom struct {
 	phase       int
-	second, pos int64
+	cutoff, pos int64  // the cutoff it was taken at (unix nanoseconds): a later one makes rows below pos stale
+	moves       uint64 // wconn.moves when it was taken: a row moved since may lie below pos
 	set         bool
 }
 
