@@ -325,6 +325,37 @@ func TestAWaiterPromotedBelowTheActiveMarkStaysActive(t *testing.T) {
 	assert.Equal(t, []string{"w1"}, activeIDs(snaps[cfg.Name].Active))
 }
 
+// An active session before the active mark's position, written with a sign
+// of life a clock set back dates below the mark, is recorded at the start
+// of the second after the mark's (keepLive): at the start of the mark's
+// own second its position would still be under the mark. It stays active.
+func TestAnActiveSessionBeforeTheActiveMarksPositionIsDatedAtTheNextSecond(t *testing.T) {
+	s := openInternal(t)
+	holdCleaner(t, s)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 3)
+	for _, id := range []string{"a0", "a1", "a2"} {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	now := epoch.Add(cfg.ActiveTimeout + time.Second)
+	require.NoError(t, s.Touch(ctx, cfg.Name, []session.Touch{{ID: "a0", LastActive: now}}))
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, rep.PurgedActive, "a1 and a2: the active mark is at (epoch, a2's position + 1)")
+
+	left, err := s.Leave(ctx, cfg, "a0", epoch.Add(-time.Hour)) // the clock set back
+	require.NoError(t, err)
+	assert.Equal(t, epoch.Add(time.Second), left.LastActive, "the second after the mark's")
+	got, err := s.Get(ctx, cfg.Name, "a0")
+	require.NoError(t, err, "written below the mark, a0 would be purged without a word")
+	assert.Equal(t, session.StatusActive, got.Status)
+	snaps, err := s.Load(ctx, []string{cfg.Name})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a0"}, activeIDs(snaps[cfg.Name].Active))
+	assert.EqualValues(t, 1, snaps[cfg.Name].State.Active)
+}
+
 // The update prunes the expired admissions of sessions that are gone, and
 // a session it purges by a mark is gone at its commit, though its row waits
 // for the cleaner: its expired admission goes in that same update.
