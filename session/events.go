@@ -154,6 +154,9 @@ func PhaseSpan(events []ScheduledEvent, now time.Time) (from, until time.Time) {
 	return from, until
 }
 
+// unixEpoch is 1970-01-01T00:00:00Z: a schedule's times are after it.
+var unixEpoch = time.Unix(0, 0)
+
 // Validate returns an ErrInvalidArgument error naming the first field of
 // the schedule that is out of range (times relative to each other; see
 // ValidateNew for times relative to now).
@@ -170,6 +173,10 @@ func (e ScheduledEvent) Validate() error {
 		return bad("prequeueAt: required")
 	case e.StartsAt.IsZero():
 		return bad("startsAt: required")
+	case !e.PrequeueAt.After(unixEpoch):
+		// The stored form writes a time as unix nanoseconds, 0 for none
+		// (events_codec.go): a time at the epoch would read back as none.
+		return bad("prequeueAt must be after 1970-01-01T00:00:00Z")
 	case !e.StartsAt.After(e.PrequeueAt):
 		return bad("startsAt must be after prequeueAt")
 	case e.StartsAt.Sub(e.PrequeueAt) > MaxPrequeue:

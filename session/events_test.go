@@ -250,3 +250,15 @@ func TestPrequeueHoldQueuesAnAdmittingGateWhileAPrequeueIsOpen(t *testing.T) {
 		}
 	}
 }
+
+// A schedule at or before the Unix epoch is refused: the stored form of an
+// event writes a time as unix nanoseconds, 0 for none, so a pre-queue
+// opening at the epoch read back as an event without one, damaged.
+func TestEventValidateRefusesTheUnixEpoch(t *testing.T) {
+	e := session.ScheduledEvent{Gate: "default", ID: "e", PrequeueAt: time.Unix(0, 0), StartsAt: time.Unix(3600, 0)}
+	assert.ErrorIs(t, e.Validate(), session.ErrInvalidArgument)
+	e.PrequeueAt = time.Unix(-1, 0)
+	assert.ErrorIs(t, e.Validate(), session.ErrInvalidArgument)
+	e.PrequeueAt = time.Unix(0, 1)
+	assert.NoError(t, e.Validate())
+}

@@ -20,11 +20,14 @@ import (
 
 // The purge marks and the counters under random operations (joins, some
 // through a priority code, leaves, touches, releases, call-backs, updates in
-// chunks of 1 to 40 rows) on a clock that jumps to and around the edges of
-// seconds (migrations/0013) and is set back now and then, with
-// the cleaner held or let go, clean restarts and crash copies. After each
+// chunks of 1 to 40 rows, purges of named sessions, scheduled events whose
+// lottery moves the waiters of their pre-queue) on a clock that jumps to
+// and around the edges of seconds (migrations/0013) and is set back now
+// and then, with the cleaner held or let go, clean restarts and crash
+// copies. After each
 // step the counters equal the live rows, Load and Get agree with Rows; each
-// update removes exactly the rows session.IsStale calls stale at its now.
+// update (or purge: of its ids) removes exactly the rows session.IsStale
+// calls stale at its now, while a pre-queue is open too.
 // ANTEROOM_MARKS_SEED and ANTEROOM_MARKS_STEPS run another seed, longer.
 func TestMarksHoldUnderRandomOps(t *testing.T) {
 	seeds, steps := []int64{1, 2, 3}, 300 // an even seed gives the gate a claim window; a multiple of 3 starts before 1970
@@ -127,10 +130,154 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 	code, err := session.NewPriorityCode(cfg.Name, "vip-code-0123", "vip", session.MaxCodeUses, now.Add(24*time.Hour), now)
 	require.NoError(t, err)
 	require.NoError(t, s.CreateCode(ctx, code))
+	// One scheduled event with a lottery at a time: saved and its pre-queue
+	// opened at now, waiters joined while it is open (with the gate held,
+	// as the Waitlist's EventConfig makes it), drawn at its StartsAt (or
+	// at a later now), then deleted so that another can follow.
+	held := cfg
+	held.Mode = session.ModeQueueAll
+	var ev session.ScheduledEvent
+	var evPhase session.EventPhase // "" none, prequeue or started
+	var evCount, evJoins, evDraws, evMoved int
+	evWhat := func() string {
+		if evPhase == "" {
+			return ""
+		}
+		return fmt.Sprintf(" (event %s %s)", ev.ID, evPhase)
+	}
+	// purges checks an update, or a purge of ids (named: only those of
+	// them may go), against session.IsStale at now: exactly the stale rows
+	// (of ids) go, nothing else. An open pre-queue holds promotions, not
+	// purges; without stored settings an event changes no timeout.
+	purges := func(step int, what string, purge bool, named []string, run func() (session.UpdateReport, error)) {
+		t.Helper()
+		before, err := s.Rows(ctx, cfg.Name)
+		require.NoError(t, err, "step %d %s", step, what)
+		var only map[string]bool
+		if purge {
+			only = map[string]bool{}
+			for _, id := range named {
+				only[id] = true
+			}
+		}
+		stale := map[string]bool{}
+		var sw, sa int64
+		for _, r := range before {
+			if (only == nil || only[r.ID]) && session.IsStale(cfg, r, now) {
+				stale[r.ID] = true
+				if r.Status == session.StatusActive {
+					sa++
+				} else {
+					sw++
+				}
+			}
+		}
+		rep, err := run()
+		require.NoError(t, err, "step %d %s", step, what)
+		require.Equal(t, sw, rep.PurgedWaiting, "step %d %s: purged waiting", step, what)
+		require.Equal(t, sa, rep.PurgedActive, "step %d %s: purged active", step, what)
+		if evPhase == session.EventPrequeue {
+			require.Zero(t, rep.Promoted, "step %d %s: promoted while the pre-queue is open", step, what)
+		}
+		after, err := s.Rows(ctx, cfg.Name)
+		require.NoError(t, err, "step %d %s", step, what)
+		got := map[string]bool{}
+		for _, r := range after {
+			got[r.ID] = true
+			require.False(t, stale[r.ID], "step %d %s: %s was stale and stays", step, what, r.ID)
+		}
+		for _, r := range before {
+			if !stale[r.ID] {
+				require.True(t, got[r.ID], "step %d %s: %s was live and is gone", step, what, r.ID)
+			}
+		}
+	}
+	eventStep := func(step int) string {
+		t.Helper()
+		switch evPhase {
+		case "":
+			evCount++
+			seed := make([]byte, session.LotterySeedSize)
+			for i := range seed {
+				seed[i] = byte(rng.Uint32())
+			}
+			ev = session.ScheduledEvent{Gate: cfg.Name, ID: fmt.Sprintf("ev%d", evCount),
+				PrequeueAt: now.Add(-time.Duration(rng.IntN(30)) * tenth),
+				StartsAt:   now.Add(time.Duration(1+rng.IntN(60)) * tenth),
+				Shuffle:    true, Seed: seed}
+			what := fmt.Sprintf("schedule %s [%v, %v) and open it at %v", ev.ID, ev.PrequeueAt, ev.StartsAt, now)
+			_, err := s.SaveEvent(ctx, ev)
+			if !ev.PrequeueAt.After(time.Unix(0, 0)) { // a clock before 1970: refused (ScheduledEvent.Validate)
+				require.ErrorIs(t, err, session.ErrInvalidArgument, "step %d %s", step, what)
+				return what + ": refused"
+			}
+			require.NoError(t, err, "step %d %s", step, what)
+			next, changed, err := s.AdvanceEvent(ctx, cfg.Name, ev.ID, now)
+			require.NoError(t, err, "step %d %s", step, what)
+			require.True(t, changed, "step %d %s: the pre-queue opens", step, what)
+			require.Equal(t, session.EventPrequeue, next.Phase, "step %d %s", step, what)
+			evPhase = session.EventPrequeue
+			return what
+		case session.EventPrequeue:
+			if rng.IntN(3) > 0 {
+				var joined []string
+				for range 1 + rng.IntN(5) {
+					id := ids[rng.IntN(len(ids))]
+					_, err := s.Join(ctx, held, id, now)
+					require.NoError(t, err, "step %d pre-queue join %s", step, id)
+					joined = append(joined, id)
+					evJoins++
+				}
+				return fmt.Sprintf("pre-queue joins %v at %v%s", joined, now, evWhat())
+			}
+			at := ev.StartsAt
+			if now.After(at) && rng.IntN(2) == 0 {
+				at = now
+			}
+			what := fmt.Sprintf("draw %s at %v", ev.ID, at)
+			before, err := s.Rows(ctx, cfg.Name)
+			require.NoError(t, err, "step %d %s", step, what)
+			next, changed, err := s.AdvanceEvent(ctx, cfg.Name, ev.ID, at)
+			require.NoError(t, err, "step %d %s", step, what)
+			require.True(t, changed, "step %d %s: the lottery is drawn", step, what)
+			require.Equal(t, session.EventStarted, next.Phase, "step %d %s", step, what)
+			after, err := s.Rows(ctx, cfg.Name)
+			require.NoError(t, err, "step %d %s", step, what)
+			was := map[string]session.Session{}
+			for _, r := range before {
+				was[r.ID] = r
+			}
+			// A permutation of the pre-queue's normal-lane positions; the
+			// rest stays.
+			require.Len(t, after, len(before), "step %d %s: the draw keeps every row", step, what)
+			taken := map[int64]bool{}
+			for _, r := range before {
+				taken[r.Position] = true
+			}
+			for _, r := range after {
+				b, ok := was[r.ID]
+				require.True(t, ok, "step %d %s: %s appeared", step, what, r.ID)
+				require.Equal(t, b.Status, r.Status, "step %d %s: %s", step, what, r.ID)
+				if b.Position != r.Position {
+					evMoved++
+					require.True(t, taken[r.Position], "step %d %s: %s moved to %d, a position nobody held", step, what, r.ID, r.Position)
+					require.True(t, b.Status == session.StatusWaiting && b.Lane == session.LaneNormal && b.Position >= next.FirstPosition,
+						"step %d %s: %s moved from %d, not a normal waiter of the pre-queue", step, what, r.ID, b.Position)
+				}
+			}
+			evDraws++
+			evPhase = session.EventStarted
+			return what
+		}
+		what := "delete " + ev.ID
+		require.NoError(t, s.DeleteEvent(ctx, cfg.Name, ev.ID), "step %d %s", step, what)
+		evPhase = ""
+		return what
+	}
 	for step := 1; step <= steps; step++ {
 		id := ids[rng.IntN(len(ids))]
 		var what string
-		switch p := rng.IntN(100); {
+		switch p := rng.IntN(110); {
 		case p < 25:
 			what = "join " + id
 			var err error
@@ -183,43 +330,23 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 			}
 			what = "clock " + now.String()
 		case p < 95:
-			before, err := s.Rows(ctx, cfg.Name)
-			require.NoError(t, err)
-			stale := map[string]bool{}
-			var sw, sa int64
-			for _, r := range before {
-				if session.IsStale(cfg, r, now) {
-					stale[r.ID] = true
-					if r.Status == session.StatusActive {
-						sa++
-					} else {
-						sw++
-					}
-				}
-			}
 			chunk := 1 + rng.IntN(40)
-			what = fmt.Sprintf("update at %v chunk %d", now, chunk)
-			rep, err := s.Update(ctx, cfg, now, chunk)
-			require.NoError(t, err, "step %d %s", step, what)
-			require.Equal(t, sw, rep.PurgedWaiting, "step %d %s: purged waiting", step, what)
-			require.Equal(t, sa, rep.PurgedActive, "step %d %s: purged active", step, what)
-			after, err := s.Rows(ctx, cfg.Name)
-			require.NoError(t, err)
-			got := map[string]bool{}
-			for _, r := range after {
-				got[r.ID] = true
-				require.False(t, stale[r.ID], "step %d %s: %s was stale and stays", step, what, r.ID)
-			}
-			for _, r := range before {
-				if !stale[r.ID] {
-					require.True(t, got[r.ID], "step %d %s: %s was live and is gone", step, what, r.ID)
-				}
-			}
-		case p < 98:
+			what = fmt.Sprintf("update at %v chunk %d%s", now, chunk, evWhat())
+			purges(step, what, false, nil, func() (session.UpdateReport, error) { return s.Update(ctx, cfg, now, chunk) })
+		case p < 100:
 			what = "clean"
 			release()
 			require.NoError(t, s.WaitClean(ctx))
 			release = holdCleaner(t, s)
+		case p < 105:
+			what = eventStep(step)
+		case p < 110:
+			var pids []string
+			for range rng.IntN(6) {
+				pids = append(pids, ids[rng.IntN(len(ids))])
+			}
+			what = fmt.Sprintf("purge %v at %v%s", pids, now, evWhat())
+			purges(step, what, true, pids, func() (session.UpdateReport, error) { return s.Purge(ctx, cfg, pids, now) })
 		default:
 			what = "restart"
 			if rng.IntN(2) == 0 {
@@ -253,4 +380,5 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 		}
 	}
 	t.Logf("steps with purged rows under a mark: %d; mark at or past the cutoff's second: %d", underMark, markAtCutoff)
+	t.Logf("events: %d, pre-queue joins: %d, draws: %d, sessions moved: %d", evCount, evJoins, evDraws, evMoved)
 }
