@@ -63,3 +63,46 @@ func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
 	}
 	op.requireNoProblems()
 }
+
+// A damaged stored event that reads as started holds nothing
+// (session.DamagedEventHolds): the dashboard names it, says it is left out,
+// and the gate stays open.
+func TestDashboardShowsADamagedEventThatHoldsNothing(t *testing.T) {
+	srv := startSidecarWith(t, session.GateConfig{
+		Name: "default", ActiveLimit: 1,
+		ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute,
+	}, func(o *gate.Options) { o.AdminToken = dashboardToken })
+	ctx := context.Background()
+	now := time.Now()
+	drop := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: now.Add(time.Hour), StartsAt: now.Add(2 * time.Hour)}
+	if _, err := srv.waitlist.AddEvent(ctx, drop); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", srv.store.Path()+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Exec(`UPDATE meta SET value = '{"phase":"started"}' WHERE key = 'gate_events/default/drop'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("damaged %d rows, want 1", n)
+	}
+	_ = db.Close()
+	// Memory reads the gate's events at an admin change of them.
+	later := drop
+	later.ID, later.PrequeueAt, later.StartsAt = "later", now.Add(3*time.Hour), now.Add(4*time.Hour)
+	if _, err := srv.waitlist.AddEvent(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+
+	op := openDashboard(t, newBrowser(t), srv)
+	op.waitFor("the damaged event named, not holding", text(`.note`)+`.startsWith('Stored event "drop" does not decode and is left out')
+  && `+text(`.mode`)+` === 'open'`)
+	writePNG(t, screenshotDir(t), "dashboard_damaged_nohold.png", fullScreenshot(op))
+	if _, st := joinHTTP(t, srv); st != session.StatusActive {
+		t.Errorf("a join into a free slot: %s, want active (nothing held)", st)
+	}
+	op.requireNoProblems()
+}
