@@ -265,7 +265,7 @@ func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
 // purged already), or else before every position.
 func (st *updateStep) inPlaceAfter(cutoff int64, m purgeMark, moves uint64) int64 {
 	sec := seenSecond(cutoff)
-	if st.inPlace.set && st.inPlace.phase == st.phase && st.inPlace.cutoff == cutoff && st.inPlace.moves == moves {
+	if st.inPlace.holds(st.phase, cutoff, moves) {
 		return st.inPlace.pos
 	}
 	if seenSecond(m.seen) == sec && m.pos > math.MinInt64 {
@@ -289,8 +289,15 @@ func (st *updateStep) deletedInPlace(rows []session.Session, cutoff int64, moves
 		if la >= cutoff || seenSecond(la) != sec {
 			continue
 		}
-		if !st.inPlace.set || st.inPlace.phase != st.phase || st.inPlace.cutoff != cutoff || st.inPlace.moves != moves || r.Position > st.inPlace.pos {
-			st.inPlace = inPlaceFrom{phase: st.phase, cutoff: cutoff, pos: r.Position, moves: moves, set: true}
+		if !st.inPlace.holds(st.phase, cutoff, moves) || r.Position > st.inPlace.pos {
+			st.inPlace = inPlaceFrom{phase: st.phase, cutoff: cutoff, pos: r.Position, moves: moves}
 		}
 	}
+}
+
+// holds reports whether the place was taken in phase, at cutoff, with no
+// row moved since (moves): the in-place phases only (the zero value's
+// phase, phasePurgeSeen, deletes nothing in place).
+func (f inPlaceFrom) holds(phase int, cutoff int64, moves uint64) bool {
+	return phase != phasePurgeSeen && f.phase == phase && f.cutoff == cutoff && f.moves == moves
 }

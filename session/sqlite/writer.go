@@ -132,11 +132,11 @@ type updateStep struct {
 
 // inPlaceFrom is a position in the cutoff's second of the marks' order, in
 // a phase of an update: the steps after it read that second from there on.
+// Its zero value holds for no phase that deletes in place.
 type inPlaceFrom struct {
 	phase       int
 	cutoff, pos int64  // the cutoff it was taken at (unix nanoseconds): a later one makes rows below pos stale
 	moves       uint64 // wconn.moves when it was taken: a row moved since may lie below pos
-	set         bool
 }
 
 // gateEntry is the writer's copy of a gate's counters. Owning the file alone,
