@@ -160,6 +160,28 @@ func TestAReloadDoesNotPutBackWhatAnAdminChangeTookAway(t *testing.T) {
 	assert.Empty(t, evs)
 }
 
+// A reload that read a gate's events before an admin added one must not
+// forget the added event when it puts its read (it drops what the Store no
+// longer has): the add moves memory's change counter, and the older read is
+// dropped and read again. From a review: no test failed without the bump.
+func TestAReloadDoesNotForgetAnEventAddedAfterItsRead(t *testing.T) {
+	ctx := context.Background()
+	p := newPausingEvents(t, "default")
+	w, clock := sharedLike(t, p, sessiontest.GateConfig("default", 2))
+
+	clock.Advance(5 * time.Second) // a reload is due
+	swept := sweepPaused(t, w, p)  // it read no event
+	_, err := w.AddEvent(ctx, session.ScheduledEvent{Gate: "default", ID: "drop",
+		PrequeueAt: clock.Now().Add(time.Hour), StartsAt: clock.Now().Add(2 * time.Hour)})
+	require.NoError(t, err)
+	close(p.release)
+	require.NoError(t, <-swept)
+	evs, err := w.Events("default")
+	require.NoError(t, err)
+	require.Len(t, evs, 1, "the added event stays in memory")
+	assert.Equal(t, "drop", evs[0].ID)
+}
+
 // A reload reads a gate's events while an admin removes the gate: the
 // reload's answer must not put the removed gate's events back into memory
 // (where a gate of that name added again on another instance, whose

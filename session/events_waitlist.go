@@ -44,18 +44,21 @@ func (m *eventMemory) damagedOf(gate string) []DamagedEvent {
 	return nil
 }
 
-// setDamaged replaces the gate's damaged events.
-func (m *eventMemory) setDamaged(gate string, list []DamagedEvent) {
+// replace puts the gate's events and damaged events in memory together,
+// under one lock: a reader never sees the events of one read beside the
+// hold of another (a load, a gate added, removed or followed).
+func (m *eventMemory) replace(gate string, evs []ScheduledEvent, damaged []DamagedEvent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.setDamagedLocked(gate, list)
+	m.setLocked(gate, evs)
+	m.setDamagedLocked(gate, damaged)
 }
 
-// setDamagedLocked is setDamaged with mu held.
+// setDamagedLocked replaces the gate's damaged events, with mu held.
 func (m *eventMemory) setDamagedLocked(gate string, list []DamagedEvent) {
 	old := m.damaged.Load()
-	if old == nil && len(list) == 0 {
-		return
+	if len(list) == 0 && (old == nil || (*old)[gate] == nil) {
+		return // none before, none now: no copy of the map
 	}
 	next := map[string][]DamagedEvent{}
 	if old != nil {
@@ -85,47 +88,30 @@ func (m *eventMemory) damagedHolds(gate string) bool {
 	return false
 }
 
-// storeEvents reads the gate's events from the Store, and with them, when
-// the Store is a DamageReporter, its damaged events, which memory keeps.
-// Errors: the Store's.
-func (w *Waitlist) storeEvents(ctx context.Context, gate string) ([]ScheduledEvent, error) {
-	evs, damaged, reported, err := w.readStoreEvents(ctx, gate)
-	if err != nil {
-		return nil, err
-	}
-	if reported {
-		w.ev.setDamaged(gate, damaged)
-	}
-	return evs, nil
-}
-
 // readStoreEvents reads the gate's events from the Store, and with them,
-// when the Store is a DamageReporter (reported), its damaged events;
-// memory is left as it is. Errors: the Store's.
-func (w *Waitlist) readStoreEvents(ctx context.Context, gate string) (evs []ScheduledEvent, damaged []DamagedEvent, reported bool, err error) {
-	r, ok := w.store.(DamageReporter)
-	if !ok {
-		evs, err = w.store.Events(ctx, gate)
-		return evs, nil, false, err
+// when the Store is a DamageReporter (both stores are: the shared suite
+// requires it), its damaged events; memory is left as it is. Errors: the
+// Store's.
+func (w *Waitlist) readStoreEvents(ctx context.Context, gate string) (evs []ScheduledEvent, damaged []DamagedEvent, err error) {
+	if r, ok := w.store.(DamageReporter); ok {
+		return r.EventsAndDamaged(ctx, gate)
 	}
-	evs, damaged, err = r.EventsAndDamaged(ctx, gate)
-	return evs, damaged, true, err
+	evs, err = w.store.Events(ctx, gate)
+	return evs, nil, err
 }
 
 // refreshEvents puts the gate's events as stored in memory, after this
-// Waitlist changed them in the Store (RemoveEvent). A failed read is
-// logged, not returned (the change was made), and read again by the next
-// AdvanceEvents: until then memory may show the events, and the hold of a
-// damaged one, as they were.
+// Waitlist changed them in the Store (RemoveEvent, under adminMu), as the
+// sweep's reload does (reloadEvents: event by event, phases never going
+// back). A failed read is logged, not returned (the change was made), and
+// read again by the next AdvanceEvents: until then memory may show the
+// events, and the hold of a damaged one, as they were.
 func (w *Waitlist) refreshEvents(ctx context.Context, gate string) {
-	w.ev.changes.Add(1)
-	evs, err := w.storeEvents(ctx, gate)
-	if err != nil {
+	w.ev.changes.Add(1) // a reload that read before this change drops its put
+	if err := w.reloadEvents(ctx, gate); err != nil {
 		w.log.Warn("anteroom: reading a gate's events failed; read again at the next sweep", "gate", gate, "err", err)
 		w.ev.markUnread(gate)
-		return
 	}
-	w.ev.set(gate, evs)
 }
 
 // markUnread notes that memory's events of gate may be behind the Store's
@@ -178,13 +164,6 @@ func (m *eventMemory) entry(gate string) *gateEvents {
 		return nil
 	}
 	return (*p)[gate]
-}
-
-// set replaces the gate's events (sorting evs).
-func (m *eventMemory) set(gate string, evs []ScheduledEvent) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.setLocked(gate, evs)
 }
 
 // setLocked replaces the gate's events (sorting evs), unless memory holds
@@ -275,8 +254,7 @@ func (w *Waitlist) opConfig(g *gateMemory, now time.Time) GateConfig {
 // has passed is skipped with a warning.
 func (w *Waitlist) initEvents(ctx context.Context, snaps map[string]GateSnapshot, configured []ScheduledEvent) error {
 	for name, snap := range snaps {
-		w.ev.set(name, append([]ScheduledEvent(nil), snap.Events...))
-		w.ev.setDamaged(name, snap.DamagedEvents)
+		w.ev.replace(name, append([]ScheduledEvent(nil), snap.Events...), snap.DamagedEvents)
 	}
 	now := w.clock.Now()
 	for _, ev := range configured {
@@ -428,7 +406,7 @@ func (w *Waitlist) saveEvent(ctx context.Context, ev ScheduledEvent, create bool
 	if w.closed.Load() {
 		return ScheduledEvent{}, ErrUnavailable
 	}
-	current, err := w.storeEvents(ctx, ev.Gate)
+	current, damaged, err := w.readStoreEvents(ctx, ev.Gate)
 	if err != nil {
 		return ScheduledEvent{}, err
 	}
@@ -460,7 +438,7 @@ func (w *Waitlist) saveEvent(ctx context.Context, ev ScheduledEvent, create bool
 		return ScheduledEvent{}, err
 	}
 	w.ev.changes.Add(1)
-	w.ev.set(ev.Gate, replaceEvent(current, saved))
+	w.ev.replace(ev.Gate, replaceEvent(current, saved), damaged)
 	w.log.Info("anteroom: event scheduled", "gate", ev.Gate, "event", ev.ID, "prequeueAt", ev.PrequeueAt, "startsAt", ev.StartsAt, "shuffle", ev.Shuffle)
 	if saved.Due(now) {
 		if _, _, err := w.advanceEvent(ctx, saved.Gate, saved.ID, now); err != nil {
@@ -595,12 +573,12 @@ func (w *Waitlist) AdvanceEvents(ctx context.Context) error {
 // Store's.
 func (w *Waitlist) reloadEvents(ctx context.Context, gate string) error {
 	changes := w.ev.changes.Load()
-	evs, damaged, reported, err := w.readStoreEvents(ctx, gate)
+	evs, damaged, err := w.readStoreEvents(ctx, gate)
 	if err != nil {
 		return err
 	}
 	present := func() bool { return w.lookup(gate) != nil }
-	if applied, gone := w.ev.applyRead(gate, changes, present, evs, damaged, reported); !applied && !gone {
+	if applied, gone := w.ev.applyRead(gate, changes, present, evs, damaged); !applied && !gone {
 		w.ev.markUnread(gate)
 	}
 	return nil
@@ -625,15 +603,15 @@ func (m *eventMemory) dropRemovedLocked(gate string, stored []ScheduledEvent) {
 	}
 }
 
-// applyRead puts a read of the gate's events (and, when reported, its
-// damaged events) in memory, event by event where memory holds a later
+// applyRead puts a read of the gate's events (and its damaged events) in
+// memory, event by event where memory holds a later
 // phase (put: a transition may have reached memory first), forgetting
 // those the Store no longer has; unless, checked under mu with the put,
 // the gate is gone from the gate set (present false: removed since the
 // read) or memory's events changed since the read (changes moved: an admin
 // change came between, which the older read would undo). It reports
 // whether it put them, and gone when the gate is gone.
-func (m *eventMemory) applyRead(gate string, changes int64, present func() bool, evs []ScheduledEvent, damaged []DamagedEvent, reported bool) (applied, gone bool) {
+func (m *eventMemory) applyRead(gate string, changes int64, present func() bool, evs []ScheduledEvent, damaged []DamagedEvent) (applied, gone bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !present() {
@@ -646,9 +624,7 @@ func (m *eventMemory) applyRead(gate string, changes int64, present func() bool,
 		m.putLocked(e)
 	}
 	m.dropRemovedLocked(gate, evs)
-	if reported {
-		m.setDamagedLocked(gate, damaged)
-	}
+	m.setDamagedLocked(gate, damaged)
 	return true, false
 }
 

@@ -70,8 +70,7 @@ func (w *Waitlist) followSettings(set *gateSet, c Commit) *gateSet {
 			w.apply(g, w.files[name])
 		default:
 			set = w.swapSet(func(old *gateSet) *gateSet { return old.without(name) })
-			w.ev.set(name, nil) // deleted with the gate (GateRemover)
-			w.ev.setDamaged(name, nil)
+			w.ev.replace(name, nil, nil) // deleted with the gate (GateRemover)
 			w.log.Info("anteroom: gate removed at runtime followed from the store", "gate", name)
 		}
 	}

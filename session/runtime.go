@@ -140,8 +140,7 @@ func (w *Waitlist) AddGate(ctx context.Context, cfg GateConfig) error {
 		return err
 	}
 	g := w.newGateMemory(cfg, snaps[cfg.Name])
-	w.ev.set(cfg.Name, append([]ScheduledEvent(nil), snaps[cfg.Name].Events...))
-	w.ev.setDamaged(cfg.Name, snaps[cfg.Name].DamagedEvents)
+	w.ev.replace(cfg.Name, append([]ScheduledEvent(nil), snaps[cfg.Name].Events...), snaps[cfg.Name].DamagedEvents)
 	g.runtime.Store(true)
 	w.swapSet(func(old *gateSet) *gateSet { return old.with(cfg.Name, g) })
 	w.log.Info("anteroom: gate added at runtime", "gate", cfg.Name, "settings", cfg.String())
@@ -182,8 +181,7 @@ func (w *Waitlist) RemoveGate(ctx context.Context, gate string) error {
 		return err
 	}
 	w.swapSet(func(old *gateSet) *gateSet { return old.without(gate) })
-	w.ev.set(gate, nil)
-	w.ev.setDamaged(gate, nil)
+	w.ev.replace(gate, nil, nil)
 	w.log.Info("anteroom: gate removed at runtime", "gate", gate)
 	return nil
 }
