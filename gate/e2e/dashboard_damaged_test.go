@@ -65,8 +65,9 @@ func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
 }
 
 // A damaged stored event that reads as started holds nothing
-// (session.DamagedEventHolds): the dashboard names it, says it is left out,
-// and the gate stays open.
+// (session.DamagedEventHolds): the dashboard names it, says it is left out
+// and how to clear it, and the gate stays open; once the event is deleted
+// the note goes.
 func TestDashboardShowsADamagedEventThatHoldsNothing(t *testing.T) {
 	srv := startSidecarWith(t, session.GateConfig{
 		Name: "default", ActiveLimit: 1,
@@ -101,8 +102,16 @@ func TestDashboardShowsADamagedEventThatHoldsNothing(t *testing.T) {
 	op.waitFor("the damaged event named, not holding", text(`.note`)+`.startsWith('Stored event "drop" does not decode and is left out')
   && `+text(`.mode`)+` === 'open'`)
 	writePNG(t, screenshotDir(t), "dashboard_damaged_nohold.png", fullScreenshot(op))
+	if got, want := evalJS[string](op, text(`.note`)), "Delete it (DELETE …/admin/api/gates/default/events/drop) to clear this note"; !strings.Contains(got, want) {
+		t.Errorf("note %q does not say how to clear it (%q)", got, want)
+	}
 	if _, st := joinHTTP(t, srv); st != session.StatusActive {
 		t.Errorf("a join into a free slot: %s, want active (nothing held)", st)
 	}
+
+	if err := srv.waitlist.RemoveEvent(ctx, "default", "drop"); err != nil {
+		t.Fatal(err)
+	}
+	op.waitFor("the note gone once the event is deleted", `!/stored event/i.test(`+text(`.note`)+`)`)
 	op.requireNoProblems()
 }
