@@ -447,22 +447,33 @@ func (k *checkpointer) checkRestart() {
 	}
 }
 
-// walSalt reads the salt of the WAL of the database at path from the
-// header of its wal-index (the -shm file, which SQLite maps shared: a
-// WalIndexHdr, whose aSalt is at byte 32, in native byte order). SQLite
-// changes it whenever the WAL restarts. ok is false when it cannot be read.
+// walSalt reads the salt of the WAL of the database at path from the WAL
+// file's header (salt-1 and salt-2, bytes 16 to 23, big-endian), which
+// SQLite writes anew, with a new salt, when the WAL restarts. ok is false
+// when it cannot be read (no WAL, or an empty one).
+//
+// It reads the WAL, not the wal-index (the -shm file), whose header holds
+// the same salt: SQLite keeps POSIX locks on the -shm, and closing any
+// descriptor of a file drops every POSIX lock the process holds on it. A
+// read of the -shm dropped SQLite's lock that tells another process (a
+// sqlite3 shell, a backup tool) the wal-index is in use, and that process
+// would then have rebuilt it under the running store. No SQLite lock lives
+// on the WAL (see syncFile).
 func walSalt(path string) (salt uint64, ok bool) {
-	f, err := os.Open(path + "-shm")
+	f, err := os.Open(path + "-wal")
 	if err != nil {
 		return 0, false
 	}
 	defer f.Close()
-	var hdr [40]byte
+	var hdr [walHeaderSize]byte
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
 		return 0, false
 	}
-	return binary.NativeEndian.Uint64(hdr[32:40]), true
+	return binary.BigEndian.Uint64(hdr[16:24]), true
 }
+
+// walHeaderSize is the size of a WAL file's header.
+const walHeaderSize = 32
 
 // updateWaitLimit bounds how long one Update waits for room in the WAL, in
 // all: past it (a disk that cannot follow) the update goes on, and the
