@@ -31,6 +31,17 @@ import (
 // ms (10) with passes held back to updateFrames, and made the update 10%
 // slower.
 //
+// Held back, a pass does not sync the WAL either, and SQLite fsyncs the WAL
+// at the start of every checkpoint: after an update at 5M sessions the
+// first pass found 50 MB and more of its pages dirty, and wrote them all in
+// that fsync while the writer's appends to the WAL waited in the kernel
+// (a join's commit took 26 ms) and the checkpointer's goroutine held its P.
+// So while it holds a pass back, the checkpointer starts the writeback of
+// the WAL instead, at every nudge (writeback: sync_file_range on Linux,
+// which waits for no write and makes nothing durable), and that fsync
+// finds little left: the first large pass after an update at 5M took
+// 83-96 ms instead of 111-248 (docs/performance.md, the thirteenth round).
+//
 // An Update does not write far past updateFrames (Store.waitForRoom):
 // before each of its transactions, once the WAL holds updateFrames, it
 // stops counting as running (passes run and sync, and the writer may
@@ -141,10 +152,16 @@ type checkpointer struct {
 
 	stats struct {
 		background, writer, truncates, synced, failed, updateWaits atomic.Int64
+		// writebacks counts the writebacks of the WAL started while passes
+		// were held back (writeback).
+		writebacks atomic.Int64
 		// restartsMissed counts the restarts a reader prevented
 		// (checkRestart), truncatesBlocked the idle TRUNCATEs one did.
 		restartsMissed, truncatesBlocked atomic.Int64
 	}
+	// noWriteback is set once starting the WAL's writeback failed
+	// (checkpointer goroutine only).
+	noWriteback bool
 	// lastErr is the last checkpoint's error, nil once one succeeds.
 	lastErr atomic.Pointer[error]
 }
@@ -258,6 +275,7 @@ func (k *checkpointer) run() {
 			}
 		}
 		if frames, _ := k.wal(k.written.Load()); k.holdsBack(frames) {
+			k.writeback()
 			continue
 		}
 		lastRun = k.pass()
@@ -289,6 +307,22 @@ func (k *checkpointer) pass() int64 {
 	k.succeeded()
 	k.setReading(&ckptReading{log: log, done: done, writtenAt: w})
 	return w
+}
+
+// writeback starts the writeback of the WAL's dirty pages while passes are
+// held back (see above). After a failure (a file system without
+// sync_file_range) it says so once and does nothing more: the fsyncs are
+// only longer. Called by the checkpointer goroutine only.
+func (k *checkpointer) writeback() {
+	if !writebackSupported || k.noWriteback {
+		return
+	}
+	if err := startWriteback(k.path + "-wal"); err != nil {
+		k.noWriteback = true
+		k.log.Warn("anteroom: starting the WAL's writeback failed; the checkpoints after an update will sync more at once", "path", k.path, "err", err)
+		return
+	}
+	k.stats.writebacks.Add(1)
 }
 
 // holdsBack reports whether an Update runs and the WAL, holding frames,

@@ -526,6 +526,10 @@ func TestUpdateWaitsForRoomInTheWAL(t *testing.T) {
 	require.EqualValues(t, sessions, rep.PurgedWaiting+rep.PurgedActive)
 	assert.Greater(t, after.WALFrames-before.WALFrames, 3*s.ck.highFrames, "the update and the cleaner wrote several times the high mark")
 	assert.Greater(t, after.UpdateWaits, before.UpdateWaits, "they waited for room")
+	if writebackSupported {
+		assert.Zero(t, before.WALWritebacks, "no writeback of the WAL while the joins' passes run")
+		assert.Positive(t, after.WALWritebacks, "the checkpointer started the WAL's writeback while it held its passes back")
+	}
 	fi, err := os.Stat(path + "-wal")
 	require.NoError(t, err)
 	assert.Less(t, fi.Size(), highBytes, "the WAL stayed under its high mark")

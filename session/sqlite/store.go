@@ -170,6 +170,10 @@ type Stats struct {
 	// MissedRestarts counts the WAL restarts a writer checkpoint expected
 	// and a reader prevented (checkpoint.go).
 	MissedRestarts int64
+	// WALWritebacks counts the writebacks of the WAL the checkpointer
+	// started while it held its passes back for an Update (checkpoint.go;
+	// Linux only).
+	WALWritebacks int64
 	// RecordsDeferred counts the identity records (files.go) put off
 	// while an Update ran or until the checkpoint pass after it.
 	RecordsDeferred int64
@@ -623,6 +627,7 @@ func (s *Store) Stats() Stats {
 		CheckpointSyncs:    s.ck.stats.synced.Load(),
 		UpdateWaits:        s.ck.stats.updateWaits.Load(),
 		MissedRestarts:     s.ck.stats.restartsMissed.Load(),
+		WALWritebacks:      s.ck.stats.writebacks.Load(),
 		RecordsDeferred:    s.stats.recordsDeferred.Load(),
 	}
 }

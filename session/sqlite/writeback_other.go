@@ -1,0 +1,10 @@
+//go:build !linux
+
+package sqlite
+
+// writebackSupported says whether startWriteback does anything here.
+const writebackSupported = false
+
+// startWriteback does nothing where sync_file_range is missing: the fsync
+// that follows writes all the file's dirty pages itself.
+func startWriteback(string) error { return nil }
