@@ -28,6 +28,20 @@ import (
 // variable for the tests.
 var cleanChunk int64 = 32
 
+// cleanPause is how long the cleaner waits after each op before it sends
+// the next. Without it the cleaner and the writer hand the P they run on
+// back and forth (each wakes the other into the P's runnext slot, which
+// inherits the time slice), and that P never polls the network or runs
+// another P's timers: while the other P was held in a long syscall (the
+// checkpointer's fsync of the WAL, at an update's end), a join arriving
+// then waited until the runtime's monitor took that P back, 10 ms and
+// more. A moment with nothing to run makes the P look. Sleeping on an idle
+// P takes about half a millisecond whatever is asked, so the cleaner's
+// pass takes about 1.7 times as long; what it deletes is gone for every
+// reader already (docs/performance.md, the thirteenth round). A variable
+// for the tests.
+var cleanPause = 50 * time.Microsecond
+
 // testHookClean, set only by this package's tests, runs before the
 // cleaner starts on what it was given.
 var testHookClean atomic.Pointer[func()]
@@ -167,10 +181,13 @@ func (s *Store) runCleaner() {
 }
 
 // cleanGate deletes the purged rows of gate, cleanChunk an op, until none
-// is left, and lowers the gate's marks in its last op (resetMarks). It writes as an update does (scattered pages, many of them), and
-// is held back as one: it waits for room in the WAL before each op
-// (waitForRoom), and background checkpoint passes and the identity record
-// wait for it.
+// is left, and lowers the gate's marks in its last op (resetMarks). It
+// pauses for cleanPause between its ops. It writes as an update does
+// (scattered pages, many of them), and is held back as one: it waits for
+// room in the WAL before each op (waitForRoom), and background checkpoint
+// passes and the identity record wait for it.
+//
+// Errors: ctx's, when the cleaner is stopped; the op's.
 func (s *Store) cleanGate(ctx context.Context, gate string) error {
 	s.updating.Add(1)
 	s.updates.Add(1)
@@ -180,6 +197,8 @@ func (s *Store) cleanGate(ctx context.Context, gate string) error {
 		s.ck.kick()
 	}()
 	waitBudget := updateWaitLimit
+	pause := time.NewTimer(time.Hour)
+	defer pause.Stop()
 	for {
 		if err := s.waitForRoom(ctx, &waitBudget); err != nil {
 			return err
@@ -204,6 +223,12 @@ func (s *Store) cleanGate(ctx context.Context, gate string) error {
 		}
 		if n < cleanChunk {
 			return nil
+		}
+		pause.Reset(cleanPause)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-pause.C:
 		}
 	}
 }
