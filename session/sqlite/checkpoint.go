@@ -492,15 +492,15 @@ func (k *checkpointer) checkRestart() {
 // read of the -shm dropped SQLite's lock that tells another process (a
 // sqlite3 shell, a backup tool) the wal-index is in use, and that process
 // would then have rebuilt it under the running store. No SQLite lock lives
-// on the WAL (see syncFile).
+// on the WAL (see onWALFile).
 func walSalt(path string) (salt uint64, ok bool) {
-	f, err := os.Open(path + "-wal")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
 	var hdr [walHeaderSize]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+	err := onWALFile(path+"-wal", func(f *os.File) error {
+		_, err := f.ReadAt(hdr[:], 0)
+		ok = err == nil
+		return err
+	})
+	if err != nil || !ok {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(hdr[16:24]), true

@@ -340,9 +340,18 @@ func quickCheck(ctx context.Context, conn *sql.Conn, path string) error {
 	return damaged("database %s failed PRAGMA quick_check: %s. Restore it from a backup", path, strings.Join(found, "; "))
 }
 
-// syncFile fsyncs the file at path when it exists. It is used on the WAL,
-// which no SQLite lock lives on, so opening and closing it here is safe.
-func syncFile(path string) error {
+// syncFile fsyncs the file at path when it exists. It is used on the WAL
+// (see onWALFile).
+func syncFile(path string) error { return onWALFile(path, (*os.File).Sync) }
+
+// onWALFile runs fn on the file at path, opened for reading, and closes it;
+// a missing file is nothing to do. It is for the WAL, which no SQLite lock
+// lives on: closing a descriptor of a file drops every POSIX lock the
+// process holds on it, so neither the database file nor the -shm may be
+// opened this way while SQLite has them open.
+//
+// Errors: the open's (other than a missing file), fn's, the close's.
+func onWALFile(path string, fn func(*os.File) error) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -350,7 +359,7 @@ func syncFile(path string) error {
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
+	err = fn(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
