@@ -36,10 +36,11 @@ import (
 // first pass found 50 MB and more of its pages dirty, and wrote them all in
 // that fsync while the writer's appends to the WAL waited in the kernel
 // (a join's commit took 26 ms) and the checkpointer's goroutine held its P.
-// So while it holds a pass back, the checkpointer starts the writeback of
-// the WAL instead, at every nudge (writeback: sync_file_range on Linux,
-// which waits for no write and makes nothing durable), and that fsync
-// finds little left: the first large pass after an update at 5M took
+// So while it holds a pass back (at a nudge or a tick), the checkpointer
+// starts the writeback of the WAL instead (writeback: sync_file_range on
+// Linux, which queues the writes without waiting for them, unless the
+// device's queue is full, and makes nothing durable), and that fsync finds
+// little left: the first large pass after an update at 5M took
 // 83-96 ms instead of 111-248 (docs/performance.md, the thirteenth round).
 //
 // An Update does not write far past updateFrames (Store.waitForRoom):
@@ -149,18 +150,21 @@ type checkpointer struct {
 	// to the first pass after it, until the WAL holds updateFrames (3/4 of
 	// highFrames).
 	restartFrames, highFrames, updateFrames int64
+	// pageSize is the database's page size: a WAL frame holds a page.
+	pageSize int64
 
 	stats struct {
 		background, writer, truncates, synced, failed, updateWaits atomic.Int64
-		// writebacks counts the writebacks of the WAL started while passes
-		// were held back (writeback).
+		// writebacks counts the rounds in which the writeback of the WAL
+		// was asked for while passes were held back (writeback), a round
+		// that found no WAL included.
 		writebacks atomic.Int64
 		// restartsMissed counts the restarts a reader prevented
 		// (checkRestart), truncatesBlocked the idle TRUNCATEs one did.
 		restartsMissed, truncatesBlocked atomic.Int64
 	}
-	// noWriteback is set once starting the WAL's writeback failed
-	// (checkpointer goroutine only).
+	// noWriteback is set once the file system or the kernel refused
+	// sync_file_range (checkpointer goroutine only).
 	noWriteback bool
 	// lastErr is the last checkpoint's error, nil once one succeeds.
 	lastErr atomic.Pointer[error]
@@ -175,7 +179,7 @@ func openCheckpointer(ctx context.Context, dsn string, pageSize int64, paused fu
 		log: log, path: path, c: c, paused: paused, sync: sync,
 		nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		moved:         make(chan struct{}),
-		restartFrames: restartBytes / pageSize, highFrames: highBytes / pageSize,
+		restartFrames: restartBytes / pageSize, highFrames: highBytes / pageSize, pageSize: pageSize,
 	}
 	k.updateFrames = k.highFrames * 3 / 4
 	k.args.c = c
@@ -275,7 +279,7 @@ func (k *checkpointer) run() {
 			}
 		}
 		if frames, _ := k.wal(k.written.Load()); k.holdsBack(frames) {
-			k.writeback()
+			k.writeback(frames)
 			continue
 		}
 		lastRun = k.pass()
@@ -310,16 +314,22 @@ func (k *checkpointer) pass() int64 {
 }
 
 // writeback starts the writeback of the WAL's dirty pages while passes are
-// held back (see above). After a failure (a file system without
-// sync_file_range) it says so once and does nothing more: the fsyncs are
-// only longer. Called by the checkpointer goroutine only.
-func (k *checkpointer) writeback() {
+// held back (see above), up to where the writer appends: the WAL holds
+// frames frames (an estimate from the last reading). Where the file system or the kernel refuses
+// sync_file_range it says so once and does nothing more: the fsyncs are
+// only longer. Another failure (an open refused for want of descriptors)
+// skips this round. Called by the checkpointer goroutine only.
+func (k *checkpointer) writeback(frames int64) {
 	if !writebackSupported || k.noWriteback {
 		return
 	}
-	if err := startWriteback(k.path + "-wal"); err != nil {
-		k.noWriteback = true
-		k.log.Warn("anteroom: starting the WAL's writeback failed; the checkpoints after an update will sync more at once", "path", k.path, "err", err)
+	if err := startWriteback(k.path+"-wal", walHeaderSize+frames*(k.pageSize+walFrameHeaderSize)); err != nil {
+		if writebackRefused(err) {
+			k.noWriteback = true
+			k.log.Warn("anteroom: the file system does not start a WAL's writeback; the checkpoints after an update will sync more at once", "path", k.path, "err", err)
+			return
+		}
+		k.log.Debug("anteroom: starting the WAL's writeback failed", "path", k.path, "err", err)
 		return
 	}
 	k.stats.writebacks.Add(1)
@@ -506,8 +516,12 @@ func walSalt(path string) (salt uint64, ok bool) {
 	return binary.BigEndian.Uint64(hdr[16:24]), true
 }
 
-// walHeaderSize is the size of a WAL file's header.
-const walHeaderSize = 32
+// walHeaderSize is the size of a WAL file's header, walFrameHeaderSize
+// that of a frame's, before its page.
+const (
+	walHeaderSize      = 32
+	walFrameHeaderSize = 24
+)
 
 // updateWaitLimit bounds how long one Update waits for room in the WAL, in
 // all: past it (a disk that cannot follow) the update goes on, and the

@@ -89,6 +89,9 @@ func TestReadingTheWALSaltKeepsSQLitesLocks(t *testing.T) {
 // The salt walSalt reads changes when the WAL restarts, and only then:
 // checkRestart compares it to tell a restart from one a reader prevented.
 func TestTheWALSaltChangesWhenTheWALRestarts(t *testing.T) {
+	// No idle TRUNCATE between the reads: it would restart the WAL too.
+	restoreCheckpointVars(t)
+	ckptInterval = time.Hour
 	s := openInternal(t)
 	ctx := context.Background()
 	cfg := session.GateConfig{Name: "g", ActiveLimit: 1, ActiveTimeout: time.Minute, WaitingTimeout: time.Minute}

@@ -3,6 +3,7 @@
 package sqlite
 
 import (
+	"errors"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -11,16 +12,36 @@ import (
 // writebackSupported says whether startWriteback does anything here.
 const writebackSupported = true
 
-// startWriteback asks the kernel to start writing the file at path's dirty
-// pages to its disk and returns at once (sync_file_range with
-// SYNC_FILE_RANGE_WRITE): it waits for no write and makes nothing durable;
-// a later fsync of the file then finds less to write. A missing file is
-// not an error. It is for the WAL (see onWALFile).
+// startWriteback asks the kernel to start writing the dirty pages of the
+// WAL at path to its disk (sync_file_range with SYNC_FILE_RANGE_WRITE): it
+// queues the writes and does not wait for them, unless the device's request
+// queue is full, and it makes nothing durable; a later fsync of the file
+// then finds less to write. It stops two pages short of appendAt (the
+// offset where the writer appends next) or of the file's end: on a device
+// that needs its pages stable while they are written, an append to a page
+// under writeback waits for it. A missing or short file is not an error.
+// It is for the WAL (see onWALFile).
 //
-// Errors: the open's, or sync_file_range's (EINVAL, ENOSYS or ESPIPE where
-// the file system or the kernel does not support it).
-func startWriteback(path string) error {
+// Errors: the open's, the stat's, or sync_file_range's (see
+// writebackRefused).
+func startWriteback(path string, appendAt int64) error {
 	return onWALFile(path, func(f *os.File) error {
-		return unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		page := int64(os.Getpagesize())
+		n := min(fi.Size(), appendAt)/page*page - 2*page
+		if n <= 0 {
+			return nil
+		}
+		return unix.SyncFileRange(int(f.Fd()), 0, n, unix.SYNC_FILE_RANGE_WRITE)
 	})
+}
+
+// writebackRefused reports whether err says that the file system or the
+// kernel does not do sync_file_range at all, so that trying again is
+// useless.
+func writebackRefused(err error) bool {
+	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ESPIPE) || errors.Is(err, unix.EOPNOTSUPP)
 }

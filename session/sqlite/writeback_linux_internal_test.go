@@ -3,31 +3,66 @@
 package sqlite
 
 import (
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // startWriteback starts the writeback of a file's dirty pages (an error
-// would come from the call itself: wrong flags, an unsupported file
-// system) and takes a missing file for nothing to write.
+// would come from the call itself: wrong flags or range, an unsupported
+// file system) and takes a missing or short file for nothing to write.
 func TestStartWriteback(t *testing.T) {
 	dir := t.TempDir()
+	page := os.Getpagesize()
+	write := func(size int) func(string) {
+		return func(path string) { require.NoError(t, os.WriteFile(path, make([]byte, size), 0o600)) }
+	}
 	tests := []struct {
-		name    string
-		prepare func(path string)
+		name     string
+		prepare  func(path string)
+		appendAt int64
 	}{
-		{"a file with dirty pages", func(path string) { require.NoError(t, os.WriteFile(path, make([]byte, 1<<20), 0o600)) }},
-		{"an empty file", func(path string) { require.NoError(t, os.WriteFile(path, nil, 0o600)) }},
-		{"no file", func(string) {}},
+		{"a file with dirty pages", write(1 << 20), 1 << 30},
+		{"a restarted WAL, the writer appending near its start", write(1 << 20), int64(3*page + 100)},
+		{"a file of two pages and a bit: nothing before its last two pages", write(2*page + 100), 1 << 30},
+		{"the writer at the WAL's start", write(1 << 20), walHeaderSize},
+		{"an empty file", write(0), 1 << 30},
+		{"no file", func(string) {}, 1 << 30},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, "f"+string(rune('a'+i)))
 			tc.prepare(path)
-			require.NoError(t, startWriteback(path))
+			require.NoError(t, startWriteback(path, tc.appendAt))
+		})
+	}
+}
+
+// Only a refusal of sync_file_range itself turns the writeback off for good;
+// an open that failed for want of descriptors is tried again next round.
+func TestWritebackRefused(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{unix.EINVAL, true},
+		{unix.ENOSYS, true},
+		{unix.ESPIPE, true},
+		{unix.EOPNOTSUPP, true},
+		{fmt.Errorf("sync: %w", unix.EINVAL), true},
+		{unix.EMFILE, false},
+		{&fs.PathError{Op: "open", Path: "x-wal", Err: unix.EMFILE}, false},
+		{unix.EIO, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			assert.Equal(t, tc.want, writebackRefused(tc.err))
 		})
 	}
 }
