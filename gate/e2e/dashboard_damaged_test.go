@@ -16,39 +16,16 @@ import (
 // names the event and says how to clear it, and the gate's mode reads
 // queue_all; once the event is deleted the note goes.
 func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
-	srv := startSidecarWith(t, session.GateConfig{
-		Name: "default", ActiveLimit: 1,
-		ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute,
-	}, func(o *gate.Options) { o.AdminToken = dashboardToken })
+	srv := sidecarWithDamagedEvent(t, `{"phase":"paused"}`)
 	ctx := context.Background()
-	now := time.Now()
-	drop := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: now.Add(time.Hour), StartsAt: now.Add(2 * time.Hour), Shuffle: true}
-	if _, err := srv.waitlist.AddEvent(ctx, drop); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", srv.store.Path()+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := db.Exec(`UPDATE meta SET value = '{"phase":"paused"}' WHERE key = 'gate_events/default/drop'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		t.Fatalf("damaged %d rows, want 1", n)
-	}
-	_ = db.Close()
-	// Memory reads the gate's events at an admin change of them.
-	later := drop
-	later.ID, later.PrequeueAt, later.StartsAt = "later", now.Add(3*time.Hour), now.Add(4*time.Hour)
-	if _, err := srv.waitlist.AddEvent(ctx, later); err != nil {
-		t.Fatal(err)
-	}
 
 	op := openDashboard(t, newBrowser(t), srv)
 	op.waitFor("the hold shown, naming the event", text(`.note`)+`.startsWith('Held: stored event "drop" does not decode')
   && `+text(`.mode`)+` === 'queue_all'`)
 	writePNG(t, screenshotDir(t), "dashboard_damaged.png", fullScreenshot(op))
+	if got, want := evalJS[string](op, text(`.note`)), "Delete it (DELETE …/admin/api/gates/default/events/drop) and schedule it again."; !strings.Contains(got, want) {
+		t.Errorf("note %q does not say how to clear the hold (%q)", got, want)
+	}
 	if _, st := joinHTTP(t, srv); st != session.StatusWaiting {
 		t.Errorf("a join into a free slot: %s, want waiting (held)", st)
 	}
@@ -69,34 +46,8 @@ func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
 // and how to clear it, and the gate stays open; once the event is deleted
 // the note goes.
 func TestDashboardShowsADamagedEventThatHoldsNothing(t *testing.T) {
-	srv := startSidecarWith(t, session.GateConfig{
-		Name: "default", ActiveLimit: 1,
-		ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute,
-	}, func(o *gate.Options) { o.AdminToken = dashboardToken })
+	srv := sidecarWithDamagedEvent(t, `{"phase":"started"}`)
 	ctx := context.Background()
-	now := time.Now()
-	drop := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: now.Add(time.Hour), StartsAt: now.Add(2 * time.Hour)}
-	if _, err := srv.waitlist.AddEvent(ctx, drop); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", srv.store.Path()+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := db.Exec(`UPDATE meta SET value = '{"phase":"started"}' WHERE key = 'gate_events/default/drop'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		t.Fatalf("damaged %d rows, want 1", n)
-	}
-	_ = db.Close()
-	// Memory reads the gate's events at an admin change of them.
-	later := drop
-	later.ID, later.PrequeueAt, later.StartsAt = "later", now.Add(3*time.Hour), now.Add(4*time.Hour)
-	if _, err := srv.waitlist.AddEvent(ctx, later); err != nil {
-		t.Fatal(err)
-	}
 
 	op := openDashboard(t, newBrowser(t), srv)
 	op.waitFor("the damaged event named, not holding", text(`.note`)+`.startsWith('Stored event "drop" does not decode and is left out')
@@ -114,4 +65,40 @@ func TestDashboardShowsADamagedEventThatHoldsNothing(t *testing.T) {
 	}
 	op.waitFor("the note gone once the event is deleted", `!/stored event/i.test(`+text(`.note`)+`)`)
 	op.requireNoProblems()
+}
+
+// sidecarWithDamagedEvent starts a sidecar whose gate "default" (limit 1)
+// has a stored event "drop" whose row a hand edit replaced with stored, and
+// a valid event "later" added after the edit: memory reads the gate's
+// events at an admin change of them.
+func sidecarWithDamagedEvent(t *testing.T, stored string) *sidecar {
+	t.Helper()
+	srv := startSidecarWith(t, session.GateConfig{
+		Name: "default", ActiveLimit: 1,
+		ActiveTimeout: 5 * time.Minute, WaitingTimeout: 5 * time.Minute,
+	}, func(o *gate.Options) { o.AdminToken = dashboardToken })
+	ctx := context.Background()
+	now := time.Now()
+	drop := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: now.Add(time.Hour), StartsAt: now.Add(2 * time.Hour), Shuffle: true}
+	if _, err := srv.waitlist.AddEvent(ctx, drop); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", srv.store.Path()+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.Exec(`UPDATE meta SET value = ? WHERE key = 'gate_events/default/drop'`, stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("damaged %d rows, want 1", n)
+	}
+	later := drop
+	later.ID, later.PrequeueAt, later.StartsAt = "later", now.Add(3*time.Hour), now.Add(4*time.Hour)
+	if _, err := srv.waitlist.AddEvent(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }
