@@ -315,10 +315,11 @@ func (k *checkpointer) pass() int64 {
 
 // writeback starts the writeback of the WAL's dirty pages while passes are
 // held back (see above), up to where the writer appends: the WAL holds
-// frames frames (an estimate from the last reading). Where the file system or the kernel refuses
-// sync_file_range it says so once and does nothing more: the fsyncs are
-// only longer. Another failure (an open refused for want of descriptors)
-// skips this round. Called by the checkpointer goroutine only.
+// frames frames (an estimate from the last reading). Where the file system
+// or the kernel refuses sync_file_range it says so once and does nothing
+// more: the fsyncs are only longer. Another failure (an open refused for
+// want of descriptors) skips this round. Called by the checkpointer
+// goroutine only.
 func (k *checkpointer) writeback(frames int64) {
 	if !writebackSupported || k.noWriteback {
 		return

@@ -30,13 +30,19 @@ func startWriteback(path string, appendAt int64) error {
 		if err != nil {
 			return err
 		}
-		page := int64(os.Getpagesize())
-		n := min(fi.Size(), appendAt)/page*page - 2*page
-		if n <= 0 {
+		n := writebackLength(fi.Size(), appendAt, int64(os.Getpagesize()))
+		if n == 0 {
 			return nil
 		}
 		return unix.SyncFileRange(int(f.Fd()), 0, n, unix.SYNC_FILE_RANGE_WRITE)
 	})
+}
+
+// writebackLength is how many bytes from the start of a WAL of size bytes
+// startWriteback asks to write: whole pages (of page bytes), stopping two
+// pages short of appendAt or of the end, whichever comes first; 0 for none.
+func writebackLength(size, appendAt, page int64) int64 {
+	return max(0, min(size, appendAt)/page*page-2*page)
 }
 
 // writebackRefused reports whether err says that the file system or the

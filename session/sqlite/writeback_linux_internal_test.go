@@ -66,3 +66,25 @@ func TestWritebackRefused(t *testing.T) {
 		})
 	}
 }
+
+// The writeback covers whole pages and stops two pages short of where the
+// writer appends or of the file's end, whichever comes first.
+func TestWritebackLength(t *testing.T) {
+	const page = 4096
+	tests := []struct {
+		name                 string
+		size, appendAt, want int64
+	}{
+		{"a growing WAL: two pages short of its end", 100 * page, 100 * page, 98 * page},
+		{"a partly written last page is left with the one before it", 100*page + 10, 1 << 40, 98 * page},
+		{"a restarted WAL: two pages short of where the writer appends", 100 * page, 10*page + 500, 8 * page},
+		{"the writer near the start: nothing", 100 * page, 2*page + 100, 0},
+		{"a short file: nothing", 2*page + 100, 1 << 40, 0},
+		{"an empty file: nothing", 0, 1 << 40, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, writebackLength(tc.size, tc.appendAt, page))
+		})
+	}
+}
