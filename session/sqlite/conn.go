@@ -226,10 +226,13 @@ type wconn struct {
 	// may have written before it failed), so that the writer knows whether
 	// a failed op left writes behind.
 	writes int64
-	// moves counts the moves of rows to other positions (moveSessions),
-	// tried or committed: an update's in-place cursor (updateStep.inPlace)
-	// taken before one is not trusted after it.
-	moves uint64
+	// cursorResets counts the writes, tried or committed, that may leave a
+	// row an update's in-place phases delete below their cursor
+	// (updateStep.inPlace), which is not trusted after one: a move of rows
+	// to other positions (moveSessions, a lottery) and a call-back turned
+	// off (SetNotify), which leaves a row stale in the cutoff's second
+	// where it lies.
+	cursorResets uint64
 
 	begin, commit, rollback *stmt
 

@@ -485,7 +485,7 @@ func (s *Store) moveSessions(b *batch, e *gateEntry, waiters []session.Session, 
 	if len(moves) == 0 {
 		return nil
 	}
-	s.wc.moves++ // an update's in-place cursor no longer holds (updateStep.inPlace)
+	s.wc.cursorResets++ // an update's in-place cursor no longer holds (updateStep.inPlace)
 	var moved []session.Session
 	for _, w := range waiters {
 		to, ok := moves[w.Position]

@@ -72,7 +72,7 @@ func TestALotteryBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) {
 			}
 			drawn <- err
 		}()
-		require.Eventually(t, func() bool { return len(s.ops) == 1 }, 5*time.Second, time.Millisecond)
+		waitQueued(t, s, 1)
 	}
 	rep, err := s.Update(ctx, cfg, now, 1)
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func TestACutoffMovedWithinItsSecondLeavesNoStaleWaiter(t *testing.T) {
 			return
 		}
 		go func() { saved <- s.SaveGateSettings(ctx, cfg.Name, &shorter) }()
-		require.Eventually(t, func() bool { return len(s.ops) == 1 }, 5*time.Second, time.Millisecond)
+		waitQueued(t, s, 1)
 	}
 	rep, err := s.Update(ctx, cfg, now, 1)
 	require.NoError(t, err)
@@ -150,4 +150,70 @@ func TestACutoffMovedWithinItsSecondLeavesNoStaleWaiter(t *testing.T) {
 		}
 	}
 	assert.EqualValues(t, len(mid)+len(stale), rep.PurgedWaiting)
+}
+
+// A call-back turned off between two transactions of an update leaves a
+// waiter stale in the cutoff's second where it lies, possibly below the
+// in-place cursor (updateStep.inPlace): while it was to be called back it
+// was not deleted, and now it must be. SetNotify on a clock far behind
+// leaves its sign of life where it was.
+func TestACallBackTurnedOffBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) {
+	s := openInternal(t)
+	ctx := context.Background()
+	cfg := sessiontest.GateConfig("default", 1)
+	_, err := s.Join(ctx, cfg, "a0", epoch) // position 1, active
+	require.NoError(t, err)
+	now := epoch.Add(cfg.WaitingTimeout + 2*time.Second + 500*time.Millisecond)
+	cutoff := now.Add(-cfg.WaitingTimeout)
+
+	ts := []session.Touch{{ID: "a0", LastActive: now}}
+	var called, stale []string
+	for i := range 3 { // to be called back: kept, below the cursor
+		called = append(called, fmt.Sprintf("called%d", i))
+		ts = append(ts, session.Touch{ID: called[i], LastActive: cutoff.Add(-100 * time.Millisecond)})
+	}
+	for i := range 3 {
+		stale = append(stale, fmt.Sprintf("stale%d", i))
+		ts = append(ts, session.Touch{ID: stale[i], LastActive: cutoff.Add(-100 * time.Millisecond)})
+	}
+	for _, id := range append(append([]string{}, called...), stale...) {
+		_, err := s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+	}
+	for _, id := range called {
+		_, err := s.SetNotify(ctx, cfg, id, true, epoch)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Touch(ctx, cfg.Name, ts))
+
+	turnedOff := make(chan error, 1)
+	calls := 0
+	defer func() { testHookUpdateStep = nil }()
+	testHookUpdateStep = func() {
+		calls++
+		if calls != 2 { // after the first in-place deletion (stale0)
+			return
+		}
+		go func() {
+			_, err := s.SetNotify(ctx, cfg, called[0], false, epoch)
+			turnedOff <- err
+		}()
+		waitQueued(t, s, 1)
+	}
+	rep, err := s.Update(ctx, cfg, now, 1)
+	require.NoError(t, err)
+	require.NoError(t, <-turnedOff)
+
+	rows, err := s.Rows(ctx, cfg.Name)
+	require.NoError(t, err)
+	left := map[string]bool{}
+	for _, r := range rows {
+		left[r.ID] = true
+	}
+	assert.False(t, left[called[0]], "%s, no longer to be called back, is stale at the update's cutoff and stays", called[0])
+	assert.True(t, left[called[1]] && left[called[2]], "the waiters still to be called back stay")
+	for _, id := range stale {
+		assert.False(t, left[id], "%s is stale at the update's cutoff and stays", id)
+	}
+	assert.EqualValues(t, len(stale)+1, rep.PurgedWaiting)
 }

@@ -325,6 +325,11 @@ func (s *Store) SetNotify(ctx context.Context, cfg session.GateConfig, id string
 		if err := s.write(e, &dec, sl); err != nil {
 			return err
 		}
+		if existing.Notify && !notify {
+			// The row may now be stale in the cutoff's second below an
+			// update's in-place cursor (updateStep.inPlace).
+			s.wc.cursorResets++
+		}
 		out = dec.Session
 		return nil
 	})

@@ -121,7 +121,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 		if st.phase == phasePurgeActive {
 			what, stmt, cutoff, mark = "purge active", s.wc.purgeActive, st.activeCutoff, e.activeMark
 		}
-		after := st.inPlaceAfter(cutoff, mark, s.wc.moves)
+		after := st.inPlaceAfter(cutoff, mark, s.wc.cursorResets)
 		args := []any{e.name, cutoff, n, mark.seen, mark.pos, after}
 		if st.phase == phasePurgeActive {
 			args = []any{e.name, cutoff, n, st.now, mark.seen, mark.pos, after}
@@ -137,7 +137,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 		if err := s.purged(b, e, o); err != nil {
 			return 0, err
 		}
-		st.deletedInPlace(b.rows, cutoff, s.wc.moves)
+		st.deletedInPlace(b.rows, cutoff, s.wc.cursorResets)
 		did := int64(len(b.rows))
 		if st.phase == phasePurgeWaitingInPlace {
 			st.purgedWaiting += did
@@ -260,12 +260,12 @@ func (s *Store) purged(b *batch, e *gateEntry, o *op) error {
 // inPlaceAfter returns the position after which this step deletes the
 // stale rows of the second of cutoff (unix nanoseconds) in the current
 // phase: where the previous steps stopped (updateStep.inPlace: the same
-// phase, cutoff and count of moves), or else just before the mark's
+// phase, cutoff and count of cursor resets), or else just before the mark's
 // position when the mark lies in that second (the rows before it are
 // purged already), or else before every position.
-func (st *updateStep) inPlaceAfter(cutoff int64, m purgeMark, moves uint64) int64 {
+func (st *updateStep) inPlaceAfter(cutoff int64, m purgeMark, resets uint64) int64 {
 	sec := seenSecond(cutoff)
-	if st.inPlace.holds(st.phase, cutoff, moves) {
+	if st.inPlace.holds(st.phase, cutoff, resets) {
 		return st.inPlace.pos
 	}
 	if seenSecond(m.seen) == sec && m.pos > math.MinInt64 {
@@ -279,7 +279,7 @@ func (st *updateStep) inPlaceAfter(cutoff int64, m purgeMark, moves uint64) int6
 // called back, last seen in that second before cutoff (the other branches
 // delete rows called back, without a sign of life, or seen since the
 // cutoff).
-func (st *updateStep) deletedInPlace(rows []session.Session, cutoff int64, moves uint64) {
+func (st *updateStep) deletedInPlace(rows []session.Session, cutoff int64, resets uint64) {
 	sec := seenSecond(cutoff)
 	for _, r := range rows {
 		if r.Notify || r.LastActive.IsZero() {
@@ -289,15 +289,15 @@ func (st *updateStep) deletedInPlace(rows []session.Session, cutoff int64, moves
 		if la >= cutoff || seenSecond(la) != sec {
 			continue
 		}
-		if !st.inPlace.holds(st.phase, cutoff, moves) || r.Position > st.inPlace.pos {
-			st.inPlace = inPlaceFrom{phase: st.phase, cutoff: cutoff, pos: r.Position, moves: moves}
+		if !st.inPlace.holds(st.phase, cutoff, resets) || r.Position > st.inPlace.pos {
+			st.inPlace = inPlaceFrom{phase: st.phase, cutoff: cutoff, pos: r.Position, resets: resets}
 		}
 	}
 }
 
 // holds reports whether the place was taken in phase, at cutoff, with no
-// row moved since (moves): the in-place phases only (the zero value's
+// cursor reset since (resets): the in-place phases only (the zero value's
 // phase, phasePurgeSeen, deletes nothing in place).
-func (f inPlaceFrom) holds(phase int, cutoff int64, moves uint64) bool {
-	return phase != phasePurgeSeen && f.phase == phase && f.cutoff == cutoff && f.moves == moves
+func (f inPlaceFrom) holds(phase int, cutoff int64, resets uint64) bool {
+	return phase != phasePurgeSeen && f.phase == phase && f.cutoff == cutoff && f.resets == resets
 }

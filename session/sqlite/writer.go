@@ -124,9 +124,10 @@ type updateStep struct {
 	// second (sqlPurgeWaitingInPlace, sqlPurgeActive) goes on from: the
 	// last position it deleted in that second. It holds in the same phase,
 	// at the same exact cutoff (stored settings saved between two
-	// transactions may move it), and while no row moved to another
-	// position (a lottery drawn between two transactions, wconn.moves);
-	// otherwise the second is read from its start again.
+	// transactions may move it), and while no write may have left such a
+	// row below it (a lottery drawn, a call-back turned off between two
+	// transactions: wconn.cursorResets); otherwise the second is read from
+	// its start again.
 	inPlace inPlaceFrom
 }
 
@@ -136,7 +137,7 @@ type updateStep struct {
 type inPlaceFrom struct {
 	phase       int
 	cutoff, pos int64  // the cutoff it was taken at (unix nanoseconds): a later one makes rows below pos stale
-	moves       uint64 // wconn.moves when it was taken: a row moved since may lie below pos
+	resets      uint64 // wconn.cursorResets when it was taken: after another, a row to delete may lie below pos
 }
 
 // gateEntry is the writer's copy of a gate's counters. Owning the file alone,
