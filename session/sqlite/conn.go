@@ -98,18 +98,19 @@ const (
 	// not purge: those without a sign of life, and those last seen in the
 	// cutoff's own second (?2) before it (sqlStaleSeenAfterMarksSecond
 	// stops at that second: the mark covers whole seconds, and some rows of
-	// that one are live), above the mark (?4, ?5) and after position ?6:
+	// that one are live), above the mark (?5, ?6) and after position ?7:
 	// the update's steps go on in position order through that second (a
 	// seek, not a read of the second again from its start at every step).
-	// That takes the rows a step deletes there to be the first ones after
-	// ?6: SQLite reads the branch in the index's order and the branches of
+	// Its parameters are sqlPurgeActive's; ?4 (the update's time) it does
+	// not use. That takes the rows a step deletes there to be the first
+	// ones after ?7: SQLite reads the branch in the index's order and the branches of
 	// UNION ALL one after the other (the test of the in-place steps,
 	// TestTheCutoffsSecondIsDeletedInPlaceThroughSmallSteps, fails if it
 	// stops doing so).
 	sqlPurgeWaitingInPlace = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 ` +
-		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2` + sqlPerSecond + ` AND position > ?6 AND last_active < ?2 ` +
-		`AND (` + sqlSeenSecond + `, position) >= (?4` + sqlPerSecond + `, ?5)` +
+		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2` + sqlPerSecond + ` AND position > ?7 AND last_active < ?2 ` +
+		`AND ` + atOrAbove + `?5` + atOrAboveThen + `?6)` +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
 	// sqlPurgeActive deletes the stale active sessions the active mark does
 	// not purge: called back and never claimed, without a sign of life,
@@ -120,7 +121,7 @@ const (
 	sqlPurgeActive = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND ` + sqlSeenSecond + ` <= ?2` + sqlPerSecond + ` AND last_active < ?2 AND claim_deadline IS NULL ` +
 		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2` + sqlPerSecond + ` AND position > ?7 AND last_active < ?2 ` +
-		`AND (` + sqlSeenSecond + `, position) >= (?5` + sqlPerSecond + `, ?6) ` +
+		`AND ` + atOrAbove + `?5` + atOrAboveThen + `?6) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1) AND ` + liveActive5 +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
@@ -145,13 +146,21 @@ const (
 // active mark (liveActiveN, migrations/0012); for any row, with the marks
 // as stored (liveStored).
 const (
-	liveWaiter2 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?2` + sqlPerSecond + `, ?3))`
-	liveWaiter3 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?3` + sqlPerSecond + `, ?4))`
-	liveWaiter4 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?4` + sqlPerSecond + `, ?5))`
+	liveWaiter2 = liveIf + atOrAbove + `?2` + atOrAboveThen + `?3))`
+	liveWaiter3 = liveIf + atOrAbove + `?3` + atOrAboveThen + `?4))`
+	liveWaiter4 = liveIf + atOrAbove + `?4` + atOrAboveThen + `?5))`
 	liveActive3 = liveWaiter3
-	liveActive5 = `(notify = 1 OR last_active IS NULL OR (` + sqlSeenSecond + `, position) >= (?5` + sqlPerSecond + `, ?6))`
-	liveStored  = `(notify = 1 OR last_active IS NULL OR (status = 0 AND (` + sqlSeenSecond + `, position) >= (SELECT purged_seen` + sqlPerSecond + `, purged_position FROM gates WHERE name = ?1)) ` +
-		`OR (status = 1 AND (` + sqlSeenSecond + `, position) >= (SELECT active_purged_seen` + sqlPerSecond + `, active_purged_position FROM gates WHERE name = ?1)))`
+	liveActive5 = liveIf + atOrAbove + `?5` + atOrAboveThen + `?6))`
+	liveStored  = liveIf + `(status = 0 AND ` + atOrAbove + `SELECT purged_seen` + atOrAboveThen + `purged_position FROM gates WHERE name = ?1)) ` +
+		`OR (status = 1 AND ` + atOrAbove + `SELECT active_purged_seen` + atOrAboveThen + `active_purged_position FROM gates WHERE name = ?1)))`
+	// liveIf begins the condition of a live row: one to be called back,
+	// without a sign of life, or at or above the mark in the marks' order.
+	liveIf = `(notify = 1 OR last_active IS NULL OR `
+	// atOrAbove + seen + atOrAboveThen + pos + ")" compares a row's place in
+	// the marks' order with a mark's (seen and pos, parameters or columns):
+	// (second of last_active, position) >= (second of seen, pos).
+	atOrAbove     = `(` + sqlSeenSecond + `, position) >= (`
+	atOrAboveThen = sqlPerSecond + `, `
 	// sqlSeenSecond is the second of a row's last sign of life,
 	// the first term of the order of sessions_seen and of the purge marks
 	// (migrations/0013; seenSecond in Go). SQLite's integer division

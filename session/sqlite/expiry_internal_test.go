@@ -31,8 +31,8 @@ func TestPurgeStatementsSearchAnIndex(t *testing.T) {
 		args           []any
 	}{
 		{"purge by a mark, from the index alone", sqlStaleSeenInMarksSecond, "COVERING INDEX sessions_seen", []any{"default", 1, 2, 3, 10, 0}},
-		{"purge waiting without a sign of life", sqlPurgeWaitingInPlace, "sessions_unseen", []any{"default", 1, 10, 2, 3, 4}},
-		{"purge waiting of the cutoff's second, from a position on", sqlPurgeWaitingInPlace, "sessions_seen (gate=? AND status=? AND notify=? AND <expr>=? AND position>?)", []any{"default", 1, 10, 2, 3, 4}},
+		{"purge waiting without a sign of life", sqlPurgeWaitingInPlace, "sessions_unseen", []any{"default", 1, 10, 0, 2, 3, 4}},
+		{"purge waiting of the cutoff's second, from a position on", sqlPurgeWaitingInPlace, "sessions_seen (gate=? AND status=? AND notify=? AND <expr>=? AND position>?)", []any{"default", 1, 10, 0, 2, 3, 4}},
 		{"purge active of the cutoff's second, from a position on", sqlPurgeActive, "sessions_seen (gate=? AND status=? AND notify=? AND <expr>=? AND position>?)", []any{"default", 1, 10, 1, 2, 3, 4}},
 		{"purge by a mark, the rest of the mark's second", sqlStaleSeenInMarksSecond, "COVERING INDEX sessions_seen (gate=? AND status=? AND notify=? AND <expr>=? AND position>?)", []any{"default", 1, 2, 3, 10, 0}},
 		{"purge by a mark, the later seconds", sqlStaleSeenAfterMarksSecond, "COVERING INDEX sessions_seen (gate=? AND status=? AND notify=? AND <expr>>? AND <expr><?)", []any{"default", 1, 2, 3, 10, 0}},

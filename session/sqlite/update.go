@@ -122,11 +122,9 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 			what, stmt, cutoff, mark = "purge active", s.wc.purgeActive, st.activeCutoff, e.activeMark
 		}
 		after := st.inPlaceAfter(cutoff, mark, s.wc.cursorResets)
-		args := []any{e.name, cutoff, n, mark.seen, mark.pos, after}
-		if st.phase == phasePurgeActive {
-			args = []any{e.name, cutoff, n, st.now, mark.seen, mark.pos, after}
-		}
-		rows, err := s.wc.query(stmt, args...)
+		// The two statements take the same parameters (?4, the update's
+		// time, only sqlPurgeActive uses).
+		rows, err := s.wc.query(stmt, e.name, cutoff, n, st.now, mark.seen, mark.pos, after)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", what, err)
 		}
