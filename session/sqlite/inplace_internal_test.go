@@ -58,13 +58,7 @@ func TestALotteryBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) {
 	// After the update's second step (the first in-place deletion:
 	// stale0), the lottery is drawn before its next transaction.
 	drawn := make(chan error, 1)
-	calls := 0
-	defer func() { testHookUpdateStep = nil }()
-	testHookUpdateStep = func() {
-		calls++
-		if calls != 2 {
-			return
-		}
+	atUpdateStep(t, s, 2, 1, func() {
 		go func() {
 			_, changed, err := s.AdvanceEvent(ctx, "default", "drop", ev.StartsAt)
 			if err == nil && !changed {
@@ -72,8 +66,7 @@ func TestALotteryBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) {
 			}
 			drawn <- err
 		}()
-		waitQueued(t, s, 1)
-	}
+	})
 	rep, err := s.Update(ctx, cfg, now, 1)
 	require.NoError(t, err)
 	require.NoError(t, <-drawn)
@@ -128,16 +121,9 @@ func TestACutoffMovedWithinItsSecondLeavesNoStaleWaiter(t *testing.T) {
 	require.NoError(t, s.Touch(ctx, cfg.Name, ts))
 
 	saved := make(chan error, 1)
-	calls := 0
-	defer func() { testHookUpdateStep = nil }()
-	testHookUpdateStep = func() {
-		calls++
-		if calls != 2 { // after the first in-place deletion (stale0)
-			return
-		}
+	atUpdateStep(t, s, 2, 1, func() { // after the first in-place deletion (stale0)
 		go func() { saved <- s.SaveGateSettings(ctx, cfg.Name, &shorter) }()
-		waitQueued(t, s, 1)
-	}
+	})
 	rep, err := s.Update(ctx, cfg, now, 1)
 	require.NoError(t, err)
 	require.NoError(t, <-saved)
@@ -187,19 +173,12 @@ func TestACallBackTurnedOffBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) 
 	require.NoError(t, s.Touch(ctx, cfg.Name, ts))
 
 	turnedOff := make(chan error, 1)
-	calls := 0
-	defer func() { testHookUpdateStep = nil }()
-	testHookUpdateStep = func() {
-		calls++
-		if calls != 2 { // after the first in-place deletion (stale0)
-			return
-		}
+	atUpdateStep(t, s, 2, 1, func() { // after the first in-place deletion (stale0)
 		go func() {
 			_, err := s.SetNotify(ctx, cfg, called[0], false, epoch)
 			turnedOff <- err
 		}()
-		waitQueued(t, s, 1)
-	}
+	})
 	rep, err := s.Update(ctx, cfg, now, 1)
 	require.NoError(t, err)
 	require.NoError(t, <-turnedOff)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/anteroomhq/anteroom/session"
@@ -41,12 +42,28 @@ func TestMarksHoldUnderRandomOps(t *testing.T) {
 		steps, err = strconv.Atoi(v)
 		require.NoError(t, err)
 	}
+	var all randomCoverage
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { marksUnderRandomOps(t, seed, steps) })
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			c := marksUnderRandomOps(t, seed, steps)
+			all.underMark += c.underMark
+			all.markAtCutoff += c.markAtCutoff
+			all.moved += c.moved
+		})
 	}
+	// The paths the test is for were taken: a change that stopped drawing
+	// them would pass without testing anything.
+	assert.Positive(t, all.underMark, "no step left purged rows under a mark")
+	assert.Positive(t, all.markAtCutoff, "no mark reached the cutoff's second")
+	assert.Positive(t, all.moved, "no lottery moved a session")
 }
 
-func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
+// randomCoverage counts what a run of marksUnderRandomOps went through:
+// steps with purged rows under a mark, steps whose waiting mark was at or
+// past the cutoff's second, sessions a lottery moved.
+type randomCoverage struct{ underMark, markAtCutoff, moved int }
+
+func marksUnderRandomOps(t *testing.T, seed int64, steps int) randomCoverage {
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "r.db")
@@ -381,4 +398,5 @@ func marksUnderRandomOps(t *testing.T, seed int64, steps int) {
 	}
 	t.Logf("steps with purged rows under a mark: %d; mark at or past the cutoff's second: %d", underMark, markAtCutoff)
 	t.Logf("events: %d, pre-queue joins: %d, draws: %d, sessions moved: %d", evCount, evJoins, evDraws, evMoved)
+	return randomCoverage{underMark: underMark, markAtCutoff: markAtCutoff, moved: evMoved}
 }

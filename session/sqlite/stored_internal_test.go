@@ -206,17 +206,9 @@ func TestSettingsChangedMidUpdateSetItsCutoffs(t *testing.T) {
 			saved := make(chan error, 1)
 			changed := cfg
 			changed.WaitingTimeout = tc.timeout
-			once := false
-			testHookUpdateStep = func() {
-				if once {
-					return
-				}
-				once = true
-				n := len(s.ops)
+			atUpdateStep(t, s, 1, 1, func() {
 				go func() { saved <- s.SaveGateSettings(ctx, "default", &changed) }()
-				waitQueued(t, s, n+1)
-			}
-			t.Cleanup(func() { testHookUpdateStep = nil })
+			})
 			rep, err := s.Update(ctx, cfg, epoch.Add(3*time.Minute+time.Second), 2)
 			require.NoError(t, err)
 			require.NoError(t, <-saved)

@@ -156,17 +156,12 @@ func TestUpdateTakesAJoinQueuedDuringItsStep(t *testing.T) {
 	})
 	now := epoch.Add(max(cfg.ActiveTimeout, cfg.WaitingTimeout) + time.Second)
 	joined := make(chan error, 1)
-	var once sync.Once
-	defer func() { testHookUpdateStep = nil }()
-	testHookUpdateStep = func() {
-		once.Do(func() {
-			go func() {
-				_, err := s.Join(ctx, cfg, "late", now)
-				joined <- err
-			}()
-			require.Eventually(t, func() bool { return len(s.ops) == 1 }, 5*time.Second, time.Millisecond)
-		})
-	}
+	atUpdateStep(t, s, 1, 1, func() {
+		go func() {
+			_, err := s.Join(ctx, cfg, "late", now)
+			joined <- err
+		}()
+	})
 	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
 	require.NoError(t, err)
 	require.NoError(t, <-joined)
@@ -214,23 +209,18 @@ func TestUpdatePromotesOnlyWhoWasInLine(t *testing.T) {
 
 	arrivals := []string{"first-arrival", "second-arrival"}
 	joined := make(chan error, len(arrivals))
-	var once sync.Once
-	defer func() { testHookUpdateStep = nil }()
-	testHookUpdateStep = func() {
-		once.Do(func() { // after the update's first step: the pre-queue opens, two arrive
-			clock.Advance(11 * time.Second)
-			for _, id := range arrivals {
-				go func() {
-					v, err := w.Join(ctx, "default", id)
-					if err == nil && v.Status != session.StatusWaiting {
-						err = fmt.Errorf("%s joined %s during the pre-queue", id, v.Status)
-					}
-					joined <- err
-				}()
-			}
-			require.Eventually(t, func() bool { return len(s.ops) == len(arrivals) }, 5*time.Second, time.Millisecond)
-		})
-	}
+	atUpdateStep(t, s, 1, len(arrivals), func() { // after the update's first step: the pre-queue opens, two arrive
+		clock.Advance(11 * time.Second)
+		for _, id := range arrivals {
+			go func() {
+				v, err := w.Join(ctx, "default", id)
+				if err == nil && v.Status != session.StatusWaiting {
+					err = fmt.Errorf("%s joined %s during the pre-queue", id, v.Status)
+				}
+				joined <- err
+			}()
+		}
+	})
 	rep, err := w.Update(ctx)
 	require.NoError(t, err)
 	for range arrivals {

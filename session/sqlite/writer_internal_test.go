@@ -62,6 +62,25 @@ func waitQueued(t *testing.T, s *Store, n int) {
 	}
 }
 
+// atUpdateStep runs start after the nth step of s's updates (counted from
+// now until the end of the test), once, and waits until start has queued
+// queued more ops for the writer (from goroutines of its own): they run
+// between that step's transaction and the update's next one, or in it.
+func atUpdateStep(t *testing.T, s *Store, n, queued int, start func()) {
+	t.Helper()
+	steps := 0
+	testHookUpdateStep = func() {
+		steps++
+		if steps != n {
+			return
+		}
+		before := len(s.ops)
+		start()
+		waitQueued(t, s, before+queued)
+	}
+	t.Cleanup(func() { testHookUpdateStep = nil })
+}
+
 type result struct {
 	s   session.Session
 	err error
