@@ -86,23 +86,7 @@ func TestMarksHoldWhileUpdatesYieldToWriters(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	check := func(s *Store) {
-		rows, err := s.Rows(ctx, cfg.Name)
-		require.NoError(t, err)
-		var a, w int64
-		for _, r := range rows {
-			if r.Status == session.StatusActive {
-				a++
-			} else {
-				w++
-			}
-		}
-		snaps, err := s.Load(ctx, []string{cfg.Name})
-		require.NoError(t, err)
-		require.Equal(t, a, snaps[cfg.Name].State.Active)
-		require.Equal(t, w, snaps[cfg.Name].State.Waiting)
-		require.Len(t, snaps[cfg.Name].Waiting, int(w))
-	}
+	check := func(s *Store) { requireCountersMatchRows(t, s, cfg.Name, "") }
 	check(s)
 	now := time.Unix(0, clock.Load()).UTC().Add(10 * tenth)
 	_, err = s.Update(ctx, cfg, now, 7)

@@ -62,6 +62,32 @@ func waitQueued(t *testing.T, s *Store, n int) {
 	}
 }
 
+// requireCountersMatchRows checks that gate's counters, and the active and
+// waiting lists Load returns, count the live rows Rows returns, and returns
+// Load's snapshot. where says at which point of the test.
+func requireCountersMatchRows(t *testing.T, s *Store, gate, where string) session.GateSnapshot {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := s.Rows(ctx, gate)
+	require.NoError(t, err, where)
+	var active, waiting int64
+	for _, r := range rows {
+		if r.Status == session.StatusActive {
+			active++
+		} else {
+			waiting++
+		}
+	}
+	snaps, err := s.Load(ctx, []string{gate})
+	require.NoError(t, err, where)
+	st := snaps[gate]
+	require.Equal(t, active, st.State.Active, "%s: active counter vs rows", where)
+	require.Equal(t, waiting, st.State.Waiting, "%s: waiting counter vs rows", where)
+	require.Len(t, st.Active, int(active), "%s: active list vs rows", where)
+	require.Len(t, st.Waiting, int(waiting), "%s: waiting list vs rows", where)
+	return st
+}
+
 // atUpdateStep runs start after the nth step of s's updates (counted from
 // now until the end of the test), once, and waits until start has queued
 // queued more ops for the writer (from goroutines of its own): they run
