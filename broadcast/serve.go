@@ -253,17 +253,25 @@ func (h *Hub) leaveClient(client string) {
 	}
 }
 
-// hijacker hands the websocket library small bufio buffers instead of the
-// HTTP server's 4 KB ones, which become garbage once the handler returns,
-// and puts the socket's one write path under everything the library
-// writes: both the bufio.Writer and the net.Conn it is given write into the
-// socket's sockOut, which cuts the bytes into whole frames before they go
-// to the socket. Reads are frame headers and control frames (at most 125
-// bytes of payload).
+// hijacker hands the websocket library the smallest bufio buffers
+// (libBufSize) instead of the HTTP server's 4 KB ones, which become garbage
+// once the handler returns, and puts the socket's one write path under
+// everything the library writes: both the bufio.Writer and the net.Conn it
+// is given write into the socket's sockOut, which cuts the bytes into whole
+// frames before they go to the socket.
 type hijacker struct {
 	http.ResponseWriter
 	out *sockOut
 }
+
+// libBufSize is the size of the library's read and write buffers, bufio's
+// least: the buffers live as long as the socket, and at 19,000 sockets every
+// byte of them is 19 KB. What a client sends is a pong to the hub's empty
+// ping (6 bytes, one read) or a frame that ends the socket; a longer frame
+// is read in more calls (bufio reads a payload longer than its buffer
+// straight into the library's). What the library writes is a close frame,
+// which sockOut's Splitter puts back together whatever the pieces.
+const libBufSize = 16
 
 func (w *hijacker) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
@@ -279,11 +287,11 @@ func (w *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	br := brw.Reader
 	if br.Buffered() == 0 {
-		br = bufio.NewReaderSize(nc, 256)
+		br = bufio.NewReaderSize(nc, libBufSize)
 	} // else keep the bytes a client sent before the 101 (rare)
 	w.out.link = newNetLink(nc)
 	lc := &libConn{Conn: nc, out: w.out}
-	return lc, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, 256)), nil
+	return lc, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, libBufSize)), nil
 }
 
 // libConn is the net.Conn the websocket library gets: reads and read

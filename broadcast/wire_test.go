@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -248,13 +249,22 @@ func TestEachPingGetsOnePongAndTheCloseArrivesWhole(t *testing.T) {
 			_, err = decodeGlobal(p)
 			require.NoError(t, err)
 
-			const pings = 50
+			// Payloads on both sides of the library's 16-byte read buffer
+			// (libBufSize), up to the longest a control frame may carry.
+			lengths := []int{0, 1, 9, 10, 11, 16, 17, 64, 124, 125}
 			var want []string
-			for i := range pings {
-				want = append(want, "p"+strconv.Itoa(i))
-				require.NoError(t, c.send(wsframe.OpPing, []byte(want[i])))
+			for i := range 50 {
+				p := "p" + strconv.Itoa(i)
+				if n := lengths[i%len(lengths)]; n >= len(p) {
+					p += strings.Repeat("x", n-len(p))
+				} else {
+					p = p[:n]
+				}
+				want = append(want, p)
+				require.NoError(t, c.send(wsframe.OpPing, []byte(p)))
 			}
-			require.NoError(t, c.send(wsframe.OpClose, []byte("\x03\xe8ok")))
+			// A close frame as long as one may be, its reason read in pieces.
+			require.NoError(t, c.send(wsframe.OpClose, append([]byte("\x03\xe8"), strings.Repeat("r", 123)...)))
 			var pongs []string
 			for {
 				op, p, err := c.read()
