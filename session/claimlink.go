@@ -82,7 +82,7 @@ func (w *Waitlist) ClaimLink(ctx context.Context, gate, id string, deadline time
 		return Errorf(CodeNotActive, "session %q of gate %q: this claim link has expired", id, gate)
 	}
 	g.mu.RLock()
-	e := g.active[id]
+	e := g.active.get(id)
 	g.mu.RUnlock()
 	var undo func()
 	switch {
@@ -112,7 +112,7 @@ func (w *Waitlist) ClaimLink(ctx context.Context, gate, id string, deadline time
 	// The commit reached memory before the Store answered: the entry is
 	// there now, even when it was not above.
 	g.mu.RLock()
-	e = g.active[id]
+	e = g.active.get(id)
 	g.mu.RUnlock()
 	if e != nil {
 		for {

@@ -26,3 +26,14 @@ var SameEvent = sameEvent
 // EventsInMemory is memory's events of gate, also of a gate no longer in
 // the gate set.
 func (w *Waitlist) EventsInMemory(gate string) []ScheduledEvent { return w.ev.of(gate) }
+
+// SetWalkStep sets how many sessions a walk over a gate's memory visits in
+// one hold of its lock (walkStep) until the returned func restores it.
+func SetWalkStep(n int) (restore func()) {
+	old := walkStep
+	walkStep = n
+	return func() { walkStep = old }
+}
+
+// DefaultWalkStep is walkStep as built.
+var DefaultWalkStep = walkStep

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -139,12 +140,12 @@ type gateMemory struct {
 	// (SetGateConfig); read it once per operation with config().
 	cfg    atomic.Pointer[GateConfig]
 	mu     sync.RWMutex
-	active map[string]*activeEntry
+	active walkSet[*activeEntry]
 	// line holds the waiting positions, for exact places; present the
 	// sessions with open sockets or signs of life not yet persisted.
 	line     lineIndex
 	prio     lineIndex // the priority lane's waiting positions (line holds the normal lane's)
-	present  map[string]*presence
+	present  walkSet[*presence]
 	view     atomic.Pointer[GlobalView]
 	admitted rateWindow
 	// joined counts new sessions, admissions sessions admitted (at join or
@@ -164,6 +165,7 @@ type gateMemory struct {
 }
 
 type activeEntry struct {
+	walkSlot
 	position   int64
 	lastActive atomic.Int64 // unix nanoseconds, exact
 	persisted  atomic.Int64 // unix nanoseconds, as the store has it
@@ -186,6 +188,7 @@ type activeEntry struct {
 // presence is what the service knows of a session's signs of life beyond
 // its row: its open sockets and, for a waiter, when it was last seen.
 type presence struct {
+	walkSlot
 	sockets   int32
 	lastSeen  int64 // unix nanoseconds
 	persisted int64 // unix nanoseconds of the last sign of life persisted by a Touch
@@ -316,7 +319,7 @@ func New(ctx context.Context, store Store, gates []GateConfig, opts Options) (_ 
 
 // newGateMemory builds a gate's memory from its loaded snapshot.
 func (w *Waitlist) newGateMemory(cfg GateConfig, snap GateSnapshot) *gateMemory {
-	g := &gateMemory{active: make(map[string]*activeEntry), present: make(map[string]*presence), events: &w.ev}
+	g := &gateMemory{active: newWalkSet[*activeEntry](), present: newWalkSet[*presence](), events: &w.ev}
 	g.cfg.Store(&cfg)
 	for _, s := range snap.Active {
 		e := &activeEntry{position: s.Position}
@@ -325,7 +328,7 @@ func (w *Waitlist) newGateMemory(cfg GateConfig, snap GateSnapshot) *gateMemory 
 		if !s.ClaimDeadline.IsZero() {
 			e.awaitClaim(s.ClaimDeadline.UnixNano())
 		}
-		g.active[s.ID] = e
+		g.active.put(s.ID, e)
 	}
 	g.resetLines(snap)
 	v := g.globalView(snap.State, w.clock.Now())
@@ -420,9 +423,9 @@ func (w *Waitlist) ValidateSessionIsActive(gate, id string) error {
 		return err
 	}
 	g.mu.RLock()
-	e, ok := g.active[id]
+	e := g.active.get(id)
 	g.mu.RUnlock()
-	if !ok {
+	if e == nil {
 		return ErrNotActive
 	}
 	claimSlot(e)
@@ -441,9 +444,9 @@ func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
 		return err
 	}
 	g.mu.RLock()
-	e, ok := g.active[id]
+	e := g.active.get(id)
 	g.mu.RUnlock()
-	if !ok {
+	if e == nil {
 		return ErrNotActive
 	}
 	signActive(e, w.clock.Now().UnixNano())
@@ -452,6 +455,8 @@ func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
 
 // awaitClaim records promotion d (its claim deadline, unix nanoseconds)
 // on e, unclaimed.
+func (e *activeEntry) slot() *walkSlot { return &e.walkSlot }
+
 func (e *activeEntry) awaitClaim(d int64) {
 	e.claimDeadline.Store(d)
 	e.promotion.Store(d)
@@ -494,9 +499,9 @@ func (w *Waitlist) Status(ctx context.Context, gate, id string) (SessionView, er
 	}
 	now := w.clock.Now()
 	g.mu.RLock()
-	e, ok := g.active[id]
+	e := g.active.get(id)
 	g.mu.RUnlock()
-	if ok {
+	if e != nil {
 		// A request naming the session is a sign of life.
 		signActive(e, now.UnixNano())
 		return SessionView{GlobalView: g.currentView(now), Session: id, Status: StatusActive, Position: e.position}, nil
@@ -533,7 +538,7 @@ func (w *Waitlist) Connect(gate, id string) (disconnect func(), err error) {
 	p := g.presenceOf(id)
 	p.sockets++
 	p.lastSeen = max(p.lastSeen, now)
-	e := g.active[id]
+	e := g.active.get(id)
 	g.mu.Unlock()
 	if e != nil {
 		signActive(e, now)
@@ -550,7 +555,7 @@ func (w *Waitlist) disconnect(g *gateMemory, id string) {
 	p.sockets--
 	p.lastSeen = max(p.lastSeen, now)
 	last := p.sockets <= 0
-	e := g.active[id]
+	e := g.active.get(id)
 	g.mu.Unlock()
 	if e != nil && last {
 		signActive(e, now)
@@ -567,13 +572,15 @@ func (g *gateMemory) seen(id string, now int64) {
 	g.mu.Unlock()
 }
 
+func (p *presence) slot() *walkSlot { return &p.walkSlot }
+
 // presenceOf returns the session's presence entry, creating it. g.mu must be
 // held for writing.
 func (g *gateMemory) presenceOf(id string) *presence {
-	p := g.present[id]
+	p := g.present.get(id)
 	if p == nil {
 		p = &presence{}
-		g.present[id] = p
+		g.present.put(id, p)
 	}
 	return p
 }
@@ -600,29 +607,35 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 		nowN := now.UnixNano()
 		grace := int64(cfg.ReleaseOnDisconnect)
 		var unclaimed, gone []string
-		g.mu.RLock()
-		for id, e := range g.active {
-			if d := e.claimDeadline.Load(); d != 0 {
-				if nowN > d {
-					unclaimed = append(unclaimed, id)
+		for at := walkFromEnd; at > 0; {
+			g.mu.RLock()
+			at = g.active.walk(at, walkStep, func(id string, e *activeEntry) {
+				if d := e.claimDeadline.Load(); d != 0 {
+					if nowN > d {
+						unclaimed = append(unclaimed, id)
+					}
+					return
 				}
-				continue
-			}
-			if grace <= 0 {
-				continue
-			}
-			dc := e.disconnectedAt.Load()
-			if dc == 0 || nowN-dc < grace || e.lastActive.Load() > dc {
-				continue
-			}
-			if p := g.present[id]; p != nil && p.sockets > 0 {
-				continue
-			}
-			gone = append(gone, id)
+				if grace <= 0 {
+					return
+				}
+				dc := e.disconnectedAt.Load()
+				if dc == 0 || nowN-dc < grace || e.lastActive.Load() > dc {
+					return
+				}
+				if p := g.present.get(id); p != nil && p.sockets > 0 {
+					return
+				}
+				gone = append(gone, id)
+			})
+			g.mu.RUnlock()
 		}
-		g.mu.RUnlock()
+		// The walk may visit a session twice (walkSet).
+		slices.Sort(unclaimed)
+		unclaimed = slices.Compact(unclaimed)
+		slices.Sort(gone)
+		gone = slices.Compact(gone)
 		if len(unclaimed) > 0 || g.fillable(cfg) {
-			sort.Strings(unclaimed)
 			if _, err := w.store.Purge(ctx, cfg, unclaimed, now); err != nil && firstErr == nil {
 				firstErr = err
 			}
@@ -754,47 +767,60 @@ func (w *Waitlist) FlushTouches(ctx context.Context) error {
 		var waiters []*presence
 		activeEvery := int64(cfg.ActiveTimeout / 8)
 		waitingEvery := int64(cfg.WaitingTimeout / 4)
-		g.mu.Lock()
-		for id, p := range g.present {
-			if p.sockets > 0 {
-				p.lastSeen = max(p.lastSeen, now)
-				if e := g.active[id]; e != nil && now-e.lastActive.Load() >= activeEvery {
-					signActive(e, now)
+		// In steps of walkStep sessions, the lock released between them
+		// (walkSet): a session visited twice is touched twice, with the
+		// same figures.
+		for at := walkFromEnd; at > 0; {
+			g.mu.Lock()
+			at = g.present.walk(at, walkStep, func(id string, p *presence) {
+				if p.sockets > 0 {
+					p.lastSeen = max(p.lastSeen, now)
+					if e := g.active.get(id); e != nil && now-e.lastActive.Load() >= activeEvery {
+						signActive(e, now)
+					}
 				}
-			}
+			})
+			g.mu.Unlock()
 		}
-		for id, e := range g.active {
-			la := e.lastActive.Load()
-			claim := e.claimPending.Load()
-			if la != e.persisted.Load() || claim != 0 {
-				t := Touch{ID: id, LastActive: time.Unix(0, la)}
-				if claim != 0 {
-					t.ClaimDeadline = time.Unix(0, claim)
+		for at := walkFromEnd; at > 0; {
+			g.mu.RLock()
+			at = g.active.walk(at, walkStep, func(id string, e *activeEntry) {
+				la := e.lastActive.Load()
+				claim := e.claimPending.Load()
+				if la != e.persisted.Load() || claim != 0 {
+					t := Touch{ID: id, LastActive: time.Unix(0, la)}
+					if claim != 0 {
+						t.ClaimDeadline = time.Unix(0, claim)
+					}
+					touches = append(touches, t)
+					entries = append(entries, e)
 				}
-				touches = append(touches, t)
-				entries = append(entries, e)
-			}
+			})
+			g.mu.RUnlock()
 		}
-		for id, p := range g.present {
-			if g.active[id] != nil {
-				if p.sockets <= 0 {
-					delete(g.present, id)
+		for at := walkFromEnd; at > 0; {
+			g.mu.Lock()
+			at = g.present.walk(at, walkStep, func(id string, p *presence) {
+				if g.active.get(id) != nil {
+					if p.sockets <= 0 {
+						g.present.remove(id)
+					}
+					return
 				}
-				continue
-			}
-			if p.lastSeen <= p.persisted {
-				if p.sockets <= 0 {
-					delete(g.present, id)
+				if p.lastSeen <= p.persisted {
+					if p.sockets <= 0 {
+						g.present.remove(id)
+					}
+					return
 				}
-				continue
-			}
-			if p.sockets > 0 && p.lastSeen-p.persisted < waitingEvery {
-				continue
-			}
-			touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, p.lastSeen)})
-			waiters = append(waiters, p)
+				if p.sockets > 0 && p.lastSeen-p.persisted < waitingEvery {
+					return
+				}
+				touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, p.lastSeen)})
+				waiters = append(waiters, p)
+			})
+			g.mu.Unlock()
 		}
-		g.mu.Unlock()
 		if len(touches) == 0 {
 			continue
 		}
@@ -962,10 +988,10 @@ func (w *Waitlist) applyCommit(c Commit) {
 		case EventActivated, EventPromoted, EventRefreshed:
 			la := s.LastActive.UnixNano()
 			g.mu.Lock()
-			e := g.active[s.ID]
+			e := g.active.get(s.ID)
 			if e == nil {
 				e = &activeEntry{position: s.Position}
-				g.active[s.ID] = e
+				g.active.put(s.ID, e)
 				e.lastActive.Store(la)
 			} else if la > e.lastActive.Load() {
 				e.lastActive.Store(la)
@@ -980,7 +1006,7 @@ func (w *Waitlist) applyCommit(c Commit) {
 			}
 			if ev.Kind == EventPromoted {
 				g.removeWaiter(s.Position)
-				if p := g.present[s.ID]; p != nil && p.sockets > 0 {
+				if p := g.present.get(s.ID); p != nil && p.sockets > 0 {
 					// An open socket claims at once.
 					signActive(e, max(la, p.lastSeen))
 				}
@@ -998,7 +1024,7 @@ func (w *Waitlist) applyCommit(c Commit) {
 			}
 		case EventDeactivated:
 			g.mu.Lock()
-			delete(g.active, s.ID)
+			g.active.remove(s.ID)
 			g.mu.Unlock()
 		case EventQueued:
 			g.mu.Lock()
@@ -1047,10 +1073,12 @@ func (g *gateMemory) resync(snap GateSnapshot) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	fresh := make(map[string]*activeEntry, len(snap.Active))
+	// In place, so that a walk between two steps (walkSet) still visits
+	// every session that stays.
+	keep := make(map[string]bool, len(snap.Active))
 	for _, s := range snap.Active {
 		la := s.LastActive.UnixNano()
-		e := g.active[s.ID]
+		e := g.active.get(s.ID)
 		if e == nil || e.position != s.Position {
 			e = &activeEntry{position: s.Position}
 			e.lastActive.Store(la)
@@ -1062,9 +1090,14 @@ func (g *gateMemory) resync(snap GateSnapshot) {
 		if !s.ClaimDeadline.IsZero() {
 			e.awaitClaim(s.ClaimDeadline.UnixNano())
 		}
-		fresh[s.ID] = e
+		g.active.put(s.ID, e)
+		keep[s.ID] = true
 	}
-	g.active = fresh
+	g.active.walk(walkFromEnd, walkFromEnd, func(id string, _ *activeEntry) {
+		if !keep[id] {
+			g.active.remove(id)
+		}
+	})
 	g.resetLines(snap)
 }
 
@@ -1120,7 +1153,7 @@ func (g *gateMemory) sessionView(s Session, now time.Time) SessionView {
 	case StatusActive:
 		d := s.ClaimDeadline
 		g.mu.RLock()
-		if e := g.active[s.ID]; e != nil {
+		if e := g.active.get(s.ID); e != nil {
 			d = time.Time{}
 			if n := e.claimDeadline.Load(); n != 0 {
 				d = time.Unix(0, n).UTC()
