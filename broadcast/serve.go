@@ -2,6 +2,7 @@ package broadcast
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -253,25 +254,35 @@ func (h *Hub) leaveClient(client string) {
 	}
 }
 
-// hijacker hands the websocket library the smallest bufio buffers
-// (libBufSize) instead of the HTTP server's 4 KB ones, which become garbage
+// hijacker hands the websocket library small bufio buffers (libReadBuf,
+// libWriteBuf) instead of the HTTP server's 4 KB ones, which become garbage
 // once the handler returns, and puts the socket's one write path under
 // everything the library writes: both the bufio.Writer and the net.Conn it
 // is given write into the socket's sockOut, which cuts the bytes into whole
-// frames before they go to the socket.
+// frames before they go to the socket. Bytes a client sent before the 101
+// are copied out of the HTTP server's reader, which is not kept.
 type hijacker struct {
 	http.ResponseWriter
 	out *sockOut
 }
 
-// libBufSize is the size of the library's read and write buffers, bufio's
-// least: the buffers live as long as the socket, and at 19,000 sockets every
-// byte of them is 19 KB. What a client sends is a pong to the hub's empty
-// ping (6 bytes, one read) or a frame that ends the socket; a longer frame
-// is read in more calls (bufio reads a payload longer than its buffer
-// straight into the library's). What the library writes is a close frame,
+// The library's buffers live as long as the socket: at 19,000 sockets every
+// byte of them is 19 KB.
+//
+// libReadBuf holds the frames a client may send whole: a pong to the hub's
+// empty ping (6 bytes) or a ping, most of the longest control frame (131
+// bytes). A longer frame is read in more calls (bufio reads a payload
+// longer than its buffer straight into the library's). Not bufio's least,
+// 16 bytes: after a data message the library reads what the client still
+// sends, a byte at a time, until the close handshake's timeout, and 16-byte
+// reads made a flooding client pin a core with a fifth of the bandwidth.
+//
+// libWriteBuf is bufio's least: what the library writes is a close frame,
 // which sockOut's Splitter puts back together whatever the pieces.
-const libBufSize = 16
+const (
+	libReadBuf  = 128
+	libWriteBuf = 16
+)
 
 func (w *hijacker) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
@@ -285,23 +296,36 @@ func (w *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nc, brw, err
 		}
 	}
-	br := brw.Reader
-	if br.Buffered() == 0 {
-		br = bufio.NewReaderSize(nc, libBufSize)
-	} // else keep the bytes a client sent before the 101 (rare)
-	w.out.link = newNetLink(nc)
 	lc := &libConn{Conn: nc, out: w.out}
-	return lc, bufio.NewReadWriter(br, bufio.NewWriterSize(w.out, libBufSize)), nil
+	if n := brw.Reader.Buffered(); n > 0 { // bytes a client sent before the 101
+		b, _ := brw.Reader.Peek(n)
+		lc.early = bytes.Clone(b)
+	}
+	w.out.link = newNetLink(nc)
+	return lc, bufio.NewReadWriter(bufio.NewReaderSize(lc, libReadBuf), bufio.NewWriterSize(w.out, libWriteBuf)), nil
 }
 
-// libConn is the net.Conn the websocket library gets: reads and read
-// deadlines go to the socket; writes go through the socket's sockOut like
+// libConn is the net.Conn the websocket library gets: reads (after the
+// bytes the client sent before the 101) and read deadlines go to the socket; writes go through the socket's sockOut like
 // the library's buffered writes; its close waits for the bytes the hub
 // still owes the socket; write deadlines are the hub's alone (the drain
 // sets them), so the library's, if it ever set any, are dropped.
 type libConn struct {
 	net.Conn
-	out *sockOut
+	out   *sockOut
+	early []byte // what the client sent before the 101, read first
+}
+
+// Read returns what the client sent before the 101, then reads the socket.
+func (c *libConn) Read(p []byte) (int, error) {
+	if len(c.early) > 0 {
+		n := copy(p, c.early)
+		if c.early = c.early[n:]; len(c.early) == 0 {
+			c.early = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 // Close closes the socket once what the hub owes it is written, or after
