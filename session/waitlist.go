@@ -606,41 +606,51 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 		w.publishLimit(g, cfg.ActiveLimit)
 		nowN := now.UnixNano()
 		grace := int64(cfg.ReleaseOnDisconnect)
-		var unclaimed, gone []string
+		// gone: an active session whose last socket closed longer than the
+		// grace ago, with no sign of life since. g.mu must be held.
+		gone := func(id string, e *activeEntry) bool {
+			if grace <= 0 || e.claimDeadline.Load() != 0 {
+				return false
+			}
+			dc := e.disconnectedAt.Load()
+			if dc == 0 || nowN-dc < grace || e.lastActive.Load() > dc {
+				return false
+			}
+			p := g.present.get(id)
+			return p == nil || p.sockets <= 0
+		}
+		var unclaimed, released []string
 		for at := walkFromEnd; at > 0; {
 			g.mu.RLock()
 			at = g.active.walk(at, walkStep, func(id string, e *activeEntry) {
-				if d := e.claimDeadline.Load(); d != 0 {
-					if nowN > d {
-						unclaimed = append(unclaimed, id)
-					}
-					return
+				if d := e.claimDeadline.Load(); d != 0 && nowN > d {
+					unclaimed = append(unclaimed, id)
+				} else if gone(id, e) {
+					released = append(released, id)
 				}
-				if grace <= 0 {
-					return
-				}
-				dc := e.disconnectedAt.Load()
-				if dc == 0 || nowN-dc < grace || e.lastActive.Load() > dc {
-					return
-				}
-				if p := g.present.get(id); p != nil && p.sockets > 0 {
-					return
-				}
-				gone = append(gone, id)
 			})
 			g.mu.RUnlock()
 		}
 		// The walk may visit a session twice (walkSet).
 		slices.Sort(unclaimed)
 		unclaimed = slices.Compact(unclaimed)
-		slices.Sort(gone)
-		gone = slices.Compact(gone)
+		slices.Sort(released)
+		released = slices.Compact(released)
 		if len(unclaimed) > 0 || g.fillable(cfg) {
 			if _, err := w.store.Purge(ctx, cfg, unclaimed, now); err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
-		for _, id := range gone {
+		for _, id := range released {
+			// Asked again just before: a socket may have opened since the
+			// walk saw the session (Store.Release does not know sockets).
+			g.mu.RLock()
+			e := g.active.get(id)
+			still := e != nil && gone(id, e)
+			g.mu.RUnlock()
+			if !still {
+				continue
+			}
 			if _, err := w.store.Release(ctx, cfg, id, now); err != nil && !errors.Is(err, ErrNotFound) && firstErr == nil {
 				firstErr = err
 			}
@@ -768,8 +778,9 @@ func (w *Waitlist) FlushTouches(ctx context.Context) error {
 		activeEvery := int64(cfg.ActiveTimeout / 8)
 		waitingEvery := int64(cfg.WaitingTimeout / 4)
 		// In steps of walkStep sessions, the lock released between them
-		// (walkSet): a session visited twice is touched twice, with the
-		// same figures.
+		// (walkSet): a session visited twice is touched twice, which the
+		// store takes as once with the later figures (DecideTouch only
+		// moves forward).
 		for at := walkFromEnd; at > 0; {
 			g.mu.Lock()
 			at = g.present.walk(at, walkStep, func(id string, p *presence) {

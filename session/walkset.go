@@ -35,14 +35,12 @@ type walkRef[P walkable] struct {
 // whatever is added or removed between steps: an entry not yet visited
 // (below the walk's place) only ever moves to another place below it, and
 // what is added goes to the end, above it. An entry visited already may be
-// moved below and visited again: moves counts such moves, so that a walker
-// that must not see an entry twice can tell whether it may have.
+// moved below by a removal between steps and visited again.
 //
 // A walkSet is not safe for concurrent use: its owner's lock guards it.
 type walkSet[P walkable] struct {
-	m     map[string]P
-	list  []walkRef[P]
-	moves uint64
+	m    map[string]P
+	list []walkRef[P]
 }
 
 func newWalkSet[P walkable]() walkSet[P] {
@@ -79,7 +77,6 @@ func (s *walkSet[P]) remove(id string) {
 	if i != last {
 		s.list[i] = s.list[last]
 		s.list[i].v.slot().i = i
-		s.moves++
 	}
 	s.list[last] = walkRef[P]{}
 	s.list = s.list[:last]
@@ -91,9 +88,9 @@ func (s *walkSet[P]) remove(id string) {
 // walk visits up to step entries below place at, from the highest place
 // down, and returns the place to continue from: 0 when the walk is done.
 // A walk starts at walkFromEnd. fn may remove the entry it is given (and no
-// other).
+// other). A step below 1 is 1.
 func (s *walkSet[P]) walk(at, step int, fn func(id string, v P)) int {
-	at = min(at, len(s.list))
+	at, step = min(at, len(s.list)), max(step, 1)
 	stop := max(at-step, 0)
 	for i := at - 1; i >= stop; i-- {
 		r := s.list[i]

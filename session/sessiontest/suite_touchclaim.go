@@ -122,3 +122,31 @@ func testStaleClaimAfterPromotionAgain(t *testing.T, open Opener) {
 	assert.Equal(t, 2, claimsOf(h.eventsSince(mark), "b"), "one claim (its refresh and its note)")
 	assert.True(t, h.mustGet(gateName, "b").ClaimDeadline.IsZero(), "claimed as stored")
 }
+
+// testDuplicateTouches: one Touch call naming a session twice (the
+// Waitlist's flusher walks memory in steps and may visit a session twice)
+// keeps the later LastActive and claims once, whatever the order of the
+// two.
+func testDuplicateTouches(t *testing.T, open Opener) {
+	for _, claimFirst := range []bool{true, false} {
+		t.Run(map[bool]string{true: "claim-first", false: "claim-second"}[claimFirst], func(t *testing.T) {
+			h := newHarness(t, open)
+			cfg := claimConfig(1)
+			s := h.promoteAgain(cfg, "a", "b")
+			early := h.clock.Advance(time.Millisecond)
+			late := h.clock.Advance(time.Millisecond)
+			withClaim := session.Touch{ID: "b", LastActive: late, ClaimDeadline: s.ClaimDeadline}
+			older := session.Touch{ID: "b", LastActive: early}
+			ts := []session.Touch{withClaim, older}
+			if !claimFirst {
+				ts = []session.Touch{older, withClaim}
+			}
+			mark := h.mark()
+			require.NoError(t, h.store.Touch(h.ctx, gateName, ts))
+			assert.Equal(t, 2, claimsOf(h.eventsSince(mark), "b"), "claimed once (its refresh and its note)")
+			b := h.mustGet(gateName, "b")
+			assert.True(t, b.ClaimDeadline.IsZero())
+			assertTime(t, late, b.LastActive)
+		})
+	}
+}
