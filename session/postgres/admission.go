@@ -186,9 +186,9 @@ func (s *Store) pruneAdmissions(ctx context.Context, gate string, now time.Time,
 
 func admissionOf(jti, gate, sess string, pos, issued, expires int64, redeemed *int64) session.Admission {
 	a := session.Admission{ID: jti, Gate: gate, Session: sess, Position: pos,
-		IssuedAt: time.Unix(0, issued), Expires: time.Unix(0, expires)}
+		IssuedAt: fromNanos(issued), Expires: fromNanos(expires)}
 	if redeemed != nil {
-		a.Redeemed = time.Unix(0, *redeemed)
+		a.Redeemed = fromNanos(*redeemed)
 	}
 	return a
 }

@@ -118,7 +118,7 @@ func (s *Store) History(ctx context.Context, q session.HistoryQuery) (session.Hi
 		if err := rows.Scan(&r.ID, &at, &r.Session, &kind, &status, &r.Position, &reason, &wait); err != nil {
 			return session.HistoryPage{}, storageErr("history", err)
 		}
-		r.At, r.Gate, r.Kind, r.Reason = time.Unix(0, at).UTC(), q.Gate, session.HistoryKind(kind), session.PurgeReason(reason)
+		r.At, r.Gate, r.Kind, r.Reason = fromNanos(at), q.Gate, session.HistoryKind(kind), session.PurgeReason(reason)
 		r.Status = session.StatusWaiting
 		if status == dbActive {
 			r.Status = session.StatusActive

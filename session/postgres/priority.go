@@ -49,7 +49,7 @@ func (s *Store) applyCode(ctx context.Context, b *batch, g *gateTx, o *op, out s
 		return out, fmt.Errorf("read code: %w", err)
 	default:
 		c = &session.PriorityCode{Gate: g.name, ID: id, Hint: hint, Label: label, MaxUses: maxUses, Used: used,
-			ExpiresAt: time.Unix(0, exp), CreatedAt: time.Unix(0, created)}
+			ExpiresAt: fromNanos(exp), CreatedAt: fromNanos(created)}
 	}
 	d := session.DecideCode(c, out, o.now)
 	if o.codes != nil {
@@ -192,7 +192,7 @@ func (s *Store) ListCodes(ctx context.Context, gate string) ([]session.PriorityC
 		if err := rows.Scan(&c.ID, &c.Hint, &c.Label, &c.MaxUses, &c.Used, &exp, &created); err != nil {
 			return nil, storageErr("list codes", err)
 		}
-		c.ExpiresAt, c.CreatedAt = time.Unix(0, exp).UTC(), time.Unix(0, created).UTC()
+		c.ExpiresAt, c.CreatedAt = fromNanos(exp), fromNanos(created)
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -754,8 +754,12 @@ func normTime(t time.Time) time.Time {
 	if t.IsZero() {
 		return time.Time{}
 	}
-	return time.Unix(0, t.UnixNano())
+	return fromNanos(t.UnixNano())
 }
+
+// fromNanos is the time of unix nanoseconds n, in UTC: every time the
+// Store hands back is, whatever the process's zone (as the SQLite store's).
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 func nanos(t time.Time) int64 { return t.UnixNano() }
 

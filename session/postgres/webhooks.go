@@ -145,7 +145,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, which session.OutboxTargets, no
 			if err := rows.Scan(&m.ID, &m.Target, &m.Event, &m.Gate, &m.Dedup, &m.Payload, &created, &m.Attempts); err != nil {
 				return err
 			}
-			m.CreatedAt, m.Lease = time.Unix(0, created), token
+			m.CreatedAt, m.Lease = fromNanos(created), token
 			out = append(out, m)
 		}
 		return rows.Err()

@@ -156,12 +156,12 @@ func scanSessions(rows pgx.Rows, out []session.Session) ([]session.Session, erro
 			s.Status = session.StatusActive
 		}
 		if la != nil {
-			s.LastActive = time.Unix(0, *la)
+			s.LastActive = fromNanos(*la)
 		}
 		if claim != nil {
-			s.ClaimDeadline = time.Unix(0, *claim)
+			s.ClaimDeadline = fromNanos(*claim)
 		}
-		s.CreatedAt = time.Unix(0, created)
+		s.CreatedAt = fromNanos(created)
 		s.Lane = session.Lane(lane)
 		out = append(out, s)
 	}
@@ -520,7 +520,7 @@ func (s *Store) lockAndRead(ctx context.Context, b *batch, names []string, keys 
 			return fmt.Errorf("lock gates: %w", err)
 		}
 		if paceAt != 0 {
-			g.pace.At = time.Unix(0, paceAt)
+			g.pace.At = fromNanos(paceAt)
 		}
 		g.lb = s.lb[g.name]
 		b.gates[g.name] = g
@@ -765,20 +765,20 @@ func (p payload) commit(gate string) session.Commit {
 		LastWaitingPosition:  p.State.Last,
 	}}}
 	for _, w := range p.Events {
-		s := session.Session{Gate: gate, ID: w.ID, Position: w.Position, Status: session.StatusWaiting, CreatedAt: time.Unix(0, w.CreatedAt), Lane: w.Lane}
+		s := session.Session{Gate: gate, ID: w.ID, Position: w.Position, Status: session.StatusWaiting, CreatedAt: fromNanos(w.CreatedAt), Lane: w.Lane}
 		if w.Active {
 			s.Status = session.StatusActive
 		}
 		if w.LastActive != 0 {
-			s.LastActive = time.Unix(0, w.LastActive)
+			s.LastActive = fromNanos(w.LastActive)
 		}
 		if w.Claim != 0 {
-			s.ClaimDeadline = time.Unix(0, w.Claim)
+			s.ClaimDeadline = fromNanos(w.Claim)
 		}
 		s.Notify = w.Notify
 		ev := session.Event{Kind: w.Kind, Session: s, Reason: w.Reason, Claimed: w.Claimed}
 		if w.At != 0 {
-			ev.At = time.Unix(0, w.At)
+			ev.At = fromNanos(w.At)
 		}
 		c.Events = append(c.Events, ev)
 	}

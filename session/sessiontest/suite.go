@@ -118,6 +118,7 @@ func RunStoreSuite(t *testing.T, open Opener) {
 	t.Run("ClaimOutputsOnce", func(t *testing.T) { testClaimOutputsOnce(t, open) })
 	t.Run("TouchClaimBoundToPromotion", func(t *testing.T) { testTouchClaimBoundToPromotion(t, open) }) // suite_touchclaim.go
 	t.Run("DuplicateTouches", func(t *testing.T) { testDuplicateTouches(t, open) })                     // suite_touchclaim.go
+	t.Run("TimesAreUTC", func(t *testing.T) { testTimesAreUTC(t, open) })                               // suite_touchclaim.go
 	t.Run("StaleClaimAfterPromotionAgain", func(t *testing.T) { testStaleClaimAfterPromotionAgain(t, open) })
 }
 

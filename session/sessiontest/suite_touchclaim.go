@@ -150,3 +150,40 @@ func testDuplicateTouches(t *testing.T, open Opener) {
 		})
 	}
 }
+
+// testTimesAreUTC: every time a Store hands back (a join's answer, Get,
+// Load, a commit's events) is in UTC, not in the process's zone: the wire
+// shows them as the Store gives them, and two stores must not differ by
+// the zone of the machine they run on.
+func testTimesAreUTC(t *testing.T, open Opener) {
+	h := newHarness(t, open)
+	cfg := claimConfig(1)
+	mark := h.mark()
+	a := h.join(cfg, "a")
+	h.join(cfg, "b")
+	h.clock.Advance(time.Millisecond)
+	h.release(cfg, "a")
+	b := h.mustGet(gateName, "b")
+	require.False(t, b.ClaimDeadline.IsZero(), "promoted, unclaimed")
+	utc := func(what string, s session.Session, more ...time.Time) {
+		t.Helper()
+		for i, x := range append([]time.Time{s.LastActive, s.CreatedAt, s.ClaimDeadline}, more...) {
+			if !x.IsZero() {
+				assert.Same(t, time.UTC, x.Location(), "%s %s: time %d", what, s.ID, i)
+			}
+		}
+	}
+	utc("join", a)
+	utc("get", b)
+	evs := h.eventsSince(mark)
+	require.NotEmpty(t, evs)
+	for _, ev := range evs {
+		utc("event", ev.Session, ev.At)
+	}
+	snaps, err := h.store.Load(h.ctx, []string{gateName})
+	require.NoError(t, err)
+	require.NotEmpty(t, snaps[gateName].Active)
+	for _, s := range snaps[gateName].Active {
+		utc("load", s)
+	}
+}
