@@ -364,7 +364,8 @@ func DecideStart(e ScheduledEvent, waiting []int64, now time.Time) (ScheduledEve
 // them: the lottery state cleared, the given seed kept.
 func (e ScheduledEvent) Schedule() ScheduledEvent {
 	return ScheduledEvent{
-		Gate: e.Gate, ID: e.ID, PrequeueAt: e.PrequeueAt, StartsAt: e.StartsAt, EndsAt: e.EndsAt,
+		// As the stores keep them: UTC, whatever zone they were given in.
+		Gate: e.Gate, ID: e.ID, PrequeueAt: fromNanos(nanos(e.PrequeueAt)), StartsAt: fromNanos(nanos(e.StartsAt)), EndsAt: fromNanos(nanos(e.EndsAt)),
 		Shuffle: e.Shuffle, ActiveLimit: e.ActiveLimit, NewUsersPerMinute: e.NewUsersPerMinute,
 		Seed: e.Seed, Phase: EventScheduled,
 	}

@@ -53,14 +53,20 @@ func testEventSave(t *testing.T, open Opener) {
 	assert.Equal(t, ev.Seed, evs[0].Seed)
 	require.Len(t, h.snapshot(gateName).Events, 1, "Load returns the events")
 
-	// A replace keeps the stored seed, whatever it is given.
+	// A replace keeps the stored seed, whatever it is given. Its times come
+	// back in UTC, as a reload gives them, whatever zone they were given in.
 	again := ev
-	again.StartsAt = ev.StartsAt.Add(time.Minute)
+	again.StartsAt = ev.StartsAt.Add(time.Minute).In(time.FixedZone("UTC+5", 5*3600))
 	again.Seed = []byte("ffffffffffffffffffffffffffffffff")
 	saved, err = h.store.SaveEvent(h.ctx, again)
 	require.NoError(t, err)
 	assert.Equal(t, ev.Seed, saved.Seed, "the seed never changes")
 	assert.True(t, saved.StartsAt.Equal(again.StartsAt))
+	for _, at := range []time.Time{saved.PrequeueAt, saved.StartsAt, saved.EndsAt} {
+		if !at.IsZero() {
+			assert.Same(t, time.UTC, at.Location(), "a saved event's times are UTC")
+		}
+	}
 
 	// Hostile and malformed input.
 	bad := ev

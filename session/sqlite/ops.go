@@ -375,7 +375,7 @@ func (s *Store) applyTouch(b *batch, o *op) error {
 		if err := s.write(e, &out, sl); err != nil {
 			return err
 		}
-		if out.Action == session.ActionUpdate && existing.ClaimDeadline != out.Session.ClaimDeadline {
+		if out.Action == session.ActionUpdate && !existing.ClaimDeadline.Equal(out.Session.ClaimDeadline) {
 			b.events = append(b.events, session.Event{Kind: session.EventRefreshed, Session: out.Session, Claimed: true})
 		}
 		b.note(out)

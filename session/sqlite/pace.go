@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"database/sql/driver"
-	"time"
 
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -21,7 +20,7 @@ func paceOf(tokens, at driver.Value) session.Pace {
 		p.Tokens = float64(v)
 	}
 	if n := asInt(at); n != 0 {
-		p.At = time.Unix(0, n)
+		p.At = fromNanos(n)
 	}
 	return p
 }
