@@ -14,7 +14,8 @@ import (
 // A stored event that no longer decodes (edited by hand, or written by a
 // newer version before a rollback) holds its gate: the dashboard says so,
 // names the event and says how to clear it, and the gate's mode reads
-// queue_all; once the event is deleted the note goes.
+// queue_all, which the mode control shows as in effect beside the
+// configured mode it sets; once the event is deleted the note goes.
 func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
 	srv := sidecarWithDamagedEvent(t, `{"phase":"paused"}`)
 	ctx := context.Background()
@@ -22,6 +23,8 @@ func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
 	op := openDashboard(t, newBrowser(t), srv)
 	op.waitFor("the hold shown, naming the event", text(`.note`)+`.startsWith('Held: stored event "drop" does not decode')
   && `+text(`.mode`)+` === 'queue_all'`)
+	op.waitFor("the mode control: open configured, queue_all in effect", card(`select[name=mode]`)+`.value === 'open'
+  && !`+card(`.effect`)+`.hidden && `+text(`.effect`)+` === 'in effect: queue_all'`)
 	writePNG(t, screenshotDir(t), "dashboard_damaged.png", fullScreenshot(op))
 	if got, want := evalJS[string](op, text(`.note`)), "Delete it (DELETE …/admin/api/gates/default/events/drop) and schedule it again."; !strings.Contains(got, want) {
 		t.Errorf("note %q does not say how to clear the hold (%q)", got, want)
@@ -34,7 +37,7 @@ func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	op.waitFor("the note gone once the event is deleted", `!/stored event/.test(`+text(`.note`)+`)
-  && `+text(`.mode`)+` === 'open'`)
+  && `+text(`.mode`)+` === 'open' && `+card(`.effect`)+`.hidden`)
 	if got := evalJS[string](op, text(`.note`)); strings.Contains(got, "drop") {
 		t.Errorf("note %q still names the event", got)
 	}
