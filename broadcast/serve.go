@@ -306,10 +306,11 @@ func (w *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // libConn is the net.Conn the websocket library gets: reads (after the
-// bytes the client sent before the 101) and read deadlines go to the socket; writes go through the socket's sockOut like
-// the library's buffered writes; its close waits for the bytes the hub
-// still owes the socket; write deadlines are the hub's alone (the drain
-// sets them), so the library's, if it ever set any, are dropped.
+// bytes the client sent before the 101) and read deadlines go to the
+// socket; writes go through the socket's sockOut like the library's
+// buffered writes; its close waits for the bytes the hub still owes the
+// socket; write deadlines are the hub's alone (the drain sets them), so the
+// library's, if it ever set any, are dropped.
 type libConn struct {
 	net.Conn
 	out   *sockOut

@@ -453,10 +453,11 @@ func (w *Waitlist) ValidateSessionAndRefreshLastActive(gate, id string) error {
 	return nil
 }
 
-// awaitClaim records promotion d (its claim deadline, unix nanoseconds)
-// on e, unclaimed.
+// slot is e's place in its gate's active set (walkSet).
 func (e *activeEntry) slot() *walkSlot { return &e.walkSlot }
 
+// awaitClaim records promotion d (its claim deadline, unix nanoseconds)
+// on e, unclaimed.
 func (e *activeEntry) awaitClaim(d int64) {
 	e.claimDeadline.Store(d)
 	e.promotion.Store(d)
@@ -572,6 +573,7 @@ func (g *gateMemory) seen(id string, now int64) {
 	g.mu.Unlock()
 }
 
+// slot is p's place in its gate's present set (walkSet).
 func (p *presence) slot() *walkSlot { return &p.walkSlot }
 
 // presenceOf returns the session's presence entry, creating it. g.mu must be
@@ -620,17 +622,13 @@ func (w *Waitlist) Sweep(ctx context.Context) error {
 			return p == nil || p.sockets <= 0
 		}
 		var unclaimed, released []string
-		for at := walkFromEnd; at > 0; {
-			g.mu.RLock()
-			at = g.active.walk(at, walkStep, func(id string, e *activeEntry) {
-				if d := e.claimDeadline.Load(); d != 0 && nowN > d {
-					unclaimed = append(unclaimed, id)
-				} else if gone(id, e) {
-					released = append(released, id)
-				}
-			})
-			g.mu.RUnlock()
-		}
+		g.active.walkAll(g.mu.RLocker(), func(id string, e *activeEntry) {
+			if d := e.claimDeadline.Load(); d != 0 && nowN > d {
+				unclaimed = append(unclaimed, id)
+			} else if gone(id, e) {
+				released = append(released, id)
+			}
+		})
 		// The walk may visit a session twice (walkSet).
 		slices.Sort(unclaimed)
 		unclaimed = slices.Compact(unclaimed)
@@ -777,61 +775,49 @@ func (w *Waitlist) FlushTouches(ctx context.Context) error {
 		var waiters []*presence
 		activeEvery := int64(cfg.ActiveTimeout / 8)
 		waitingEvery := int64(cfg.WaitingTimeout / 4)
-		// In steps of walkStep sessions, the lock released between them
-		// (walkSet): a session visited twice is touched twice, which the
-		// store takes as once with the later figures (DecideTouch only
-		// moves forward).
-		for at := walkFromEnd; at > 0; {
-			g.mu.Lock()
-			at = g.present.walk(at, walkStep, func(id string, p *presence) {
-				if p.sockets > 0 {
-					p.lastSeen = max(p.lastSeen, now)
-					if e := g.active.get(id); e != nil && now-e.lastActive.Load() >= activeEvery {
-						signActive(e, now)
-					}
+		// In steps (walkSet.walkAll): a session visited twice is touched
+		// twice, which the store takes as once with the later figures
+		// (DecideTouch only moves forward). Open sockets are signs of
+		// life now, so the present sessions go first: an active one they
+		// sign is then among the active sessions to persist.
+		var waiterTouches []Touch
+		g.present.walkAll(&g.mu, func(id string, p *presence) {
+			if p.sockets > 0 {
+				p.lastSeen = max(p.lastSeen, now)
+			}
+			if e := g.active.get(id); e != nil {
+				if p.sockets <= 0 {
+					g.present.remove(id)
+				} else if now-e.lastActive.Load() >= activeEvery {
+					signActive(e, now)
 				}
-			})
-			g.mu.Unlock()
-		}
-		for at := walkFromEnd; at > 0; {
-			g.mu.RLock()
-			at = g.active.walk(at, walkStep, func(id string, e *activeEntry) {
-				la := e.lastActive.Load()
-				claim := e.claimPending.Load()
-				if la != e.persisted.Load() || claim != 0 {
-					t := Touch{ID: id, LastActive: time.Unix(0, la)}
-					if claim != 0 {
-						t.ClaimDeadline = time.Unix(0, claim)
-					}
-					touches = append(touches, t)
-					entries = append(entries, e)
+				return
+			}
+			if p.lastSeen <= p.persisted {
+				if p.sockets <= 0 {
+					g.present.remove(id)
 				}
-			})
-			g.mu.RUnlock()
-		}
-		for at := walkFromEnd; at > 0; {
-			g.mu.Lock()
-			at = g.present.walk(at, walkStep, func(id string, p *presence) {
-				if g.active.get(id) != nil {
-					if p.sockets <= 0 {
-						g.present.remove(id)
-					}
-					return
+				return
+			}
+			if p.sockets > 0 && p.lastSeen-p.persisted < waitingEvery {
+				return
+			}
+			waiterTouches = append(waiterTouches, Touch{ID: id, LastActive: time.Unix(0, p.lastSeen)})
+			waiters = append(waiters, p)
+		})
+		g.active.walkAll(g.mu.RLocker(), func(id string, e *activeEntry) {
+			la := e.lastActive.Load()
+			claim := e.claimPending.Load()
+			if la != e.persisted.Load() || claim != 0 {
+				t := Touch{ID: id, LastActive: time.Unix(0, la)}
+				if claim != 0 {
+					t.ClaimDeadline = time.Unix(0, claim)
 				}
-				if p.lastSeen <= p.persisted {
-					if p.sockets <= 0 {
-						g.present.remove(id)
-					}
-					return
-				}
-				if p.sockets > 0 && p.lastSeen-p.persisted < waitingEvery {
-					return
-				}
-				touches = append(touches, Touch{ID: id, LastActive: time.Unix(0, p.lastSeen)})
-				waiters = append(waiters, p)
-			})
-			g.mu.Unlock()
-		}
+				touches = append(touches, t)
+				entries = append(entries, e)
+			}
+		})
+		touches = append(touches, waiterTouches...) // entries' first, as the bookkeeping after each Touch reads them
 		if len(touches) == 0 {
 			continue
 		}

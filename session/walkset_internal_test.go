@@ -168,3 +168,35 @@ func TestWalkSetShrinksItsList(t *testing.T) {
 		assert.NotNil(t, s.get(strconv.Itoa(i)))
 	}
 }
+
+// countingLocker counts its holds and the most visits one hold saw.
+type countingLocker struct {
+	held          bool
+	holds, visits int
+	most          int
+}
+
+func (l *countingLocker) Lock()   { l.held, l.visits = true, 0; l.holds++ }
+func (l *countingLocker) Unlock() { l.held = false; l.most = max(l.most, l.visits) }
+
+// walkAll holds the lock for each step and only then: never more than
+// walkStep visits in one hold, every entry visited once.
+func TestWalkSetWalkAllHoldsTheLockPerStep(t *testing.T) {
+	defer func(old int) { walkStep = old }(walkStep)
+	walkStep = 8
+	s := newWalkSet[*walkItem]()
+	for i := range 30 {
+		s.put(strconv.Itoa(i), &walkItem{n: i})
+	}
+	var l countingLocker
+	seen := map[string]int{}
+	s.walkAll(&l, func(id string, _ *walkItem) {
+		require.True(t, l.held, "visited under the lock")
+		l.visits++
+		seen[id]++
+	})
+	assert.False(t, l.held)
+	assert.Equal(t, 4, l.holds, "30 entries in steps of 8")
+	assert.Equal(t, 8, l.most)
+	assert.Len(t, seen, 30)
+}
