@@ -21,7 +21,7 @@ var _ session.AdmissionStore = (*Store)(nil)
 // keyringKey names the meta row of the admission keyring.
 const keyringKey = "admission_keyring"
 
-const (
+var (
 	sqlAdmissionBySession = `SELECT jti, issued_at, expires_at, redeemed_at FROM admissions WHERE gate = ? AND session = ? AND position = ?`
 	sqlAdmissionByID      = `SELECT gate, session, position, issued_at, expires_at, redeemed_at FROM admissions WHERE jti = ?`
 	sqlInsertAdmission    = `INSERT INTO admissions (jti, gate, session, position, issued_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`

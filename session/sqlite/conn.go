@@ -15,8 +15,9 @@ import (
 )
 
 // The SQL of the writer. Every statement is prepared once on the writer
-// connection at Open.
-const (
+// connection at Open. Variables, not constants, only because some are built
+// with atOrAbove.
+var (
 	sqlSelectGate = `SELECT next_position, active, waiting, pace_tokens, pace_at, purged_seen, purged_position, active_purged_seen, active_purged_position FROM gates WHERE name = ?`
 	sqlInsertGate = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
 	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ?, purged_seen = ?, purged_position = ?, active_purged_seen = ?, active_purged_position = ? WHERE name = ?`
@@ -103,14 +104,14 @@ const (
 	// seek, not a read of the second again from its start at every step).
 	// Its parameters are sqlPurgeActive's; ?4 (the update's time) it does
 	// not use. That takes the rows a step deletes there to be the first
-	// ones after ?7: SQLite reads the branch in the index's order and the branches of
-	// UNION ALL one after the other (the test of the in-place steps,
-	// TestTheCutoffsSecondIsDeletedInPlaceThroughSmallSteps, fails if it
-	// stops doing so).
+	// ones after ?7: SQLite reads the branch in the index's order and the
+	// branches of UNION ALL one after the other (the test of the in-place
+	// steps, TestTheCutoffsSecondIsDeletedInPlaceThroughSmallSteps, fails
+	// if it stops doing so).
 	sqlPurgeWaitingInPlace = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NULL AND created_at < ?2 ` +
 		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 0 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2` + sqlPerSecond + ` AND position > ?7 AND last_active < ?2 ` +
-		`AND ` + atOrAbove + `?5` + atOrAboveThen + `?6)` +
+		`AND ` + atOrAbove(`?5`, `?6`) +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
 	// sqlPurgeActive deletes the stale active sessions the active mark does
 	// not purge: called back and never claimed, without a sign of life,
@@ -121,7 +122,7 @@ const (
 	sqlPurgeActive = `DELETE FROM sessions WHERE gate = ?1 AND position IN (SELECT position FROM (` +
 		`SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND notify = 1 AND ` + sqlSeenSecond + ` <= ?2` + sqlPerSecond + ` AND last_active < ?2 AND claim_deadline IS NULL ` +
 		`UNION ALL SELECT position FROM sessions INDEXED BY sessions_seen WHERE gate = ?1 AND status = 1 AND notify = 0 AND last_active IS NOT NULL AND ` + sqlSeenSecond + ` = ?2` + sqlPerSecond + ` AND position > ?7 AND last_active < ?2 ` +
-		`AND ` + atOrAbove + `?5` + atOrAboveThen + `?6) ` +
+		`AND ` + atOrAbove(`?5`, `?6`) + ` ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND status = 1 AND last_active IS NULL AND created_at < ?2 AND NOT (notify = 1 AND claim_deadline IS NOT NULL) ` +
 		`UNION ALL SELECT position FROM sessions WHERE gate = ?1 AND claim_deadline < ?4 AND status = 1 AND (coalesce(last_active, created_at) >= ?2 OR notify = 1) AND ` + liveActive5 +
 		`) LIMIT ?3) RETURNING position, id, status, last_active, created_at, claim_deadline, notify, lane`
@@ -144,23 +145,33 @@ const (
 // The condition of a live row (see sqlBounds), for a waiting row: with the
 // mark as parameters ?N and ?N+1 (liveWaiterN); for an active row, with the
 // active mark (liveActiveN, migrations/0012); for any row, with the marks
-// as stored (liveStored).
-const (
-	liveWaiter2 = liveIf + atOrAbove + `?2` + atOrAboveThen + `?3))`
-	liveWaiter3 = liveIf + atOrAbove + `?3` + atOrAboveThen + `?4))`
-	liveWaiter4 = liveIf + atOrAbove + `?4` + atOrAboveThen + `?5))`
+// as stored (liveStored). A row is live when it is to be called back, has
+// no sign of life, or is at or above the mark in the marks' order.
+var (
+	liveWaiter2 = liveIf(atOrAbove(`?2`, `?3`))
+	liveWaiter3 = liveIf(atOrAbove(`?3`, `?4`))
+	liveWaiter4 = liveIf(atOrAbove(`?4`, `?5`))
 	liveActive3 = liveWaiter3
-	liveActive5 = liveIf + atOrAbove + `?5` + atOrAboveThen + `?6))`
-	liveStored  = liveIf + `(status = 0 AND ` + atOrAbove + `SELECT purged_seen` + atOrAboveThen + `purged_position FROM gates WHERE name = ?1)) ` +
-		`OR (status = 1 AND ` + atOrAbove + `SELECT active_purged_seen` + atOrAboveThen + `active_purged_position FROM gates WHERE name = ?1)))`
-	// liveIf begins the condition of a live row: one to be called back,
-	// without a sign of life, or at or above the mark in the marks' order.
-	liveIf = `(notify = 1 OR last_active IS NULL OR `
-	// atOrAbove + seen + atOrAboveThen + pos + ")" compares a row's place in
-	// the marks' order with a mark's (seen and pos, parameters or columns):
-	// (second of last_active, position) >= (second of seen, pos).
-	atOrAbove     = `(` + sqlSeenSecond + `, position) >= (`
-	atOrAboveThen = sqlPerSecond + `, `
+	liveActive5 = liveIf(atOrAbove(`?5`, `?6`))
+	liveStored  = liveIf(`(status = 0 AND ` + atOrAbove(`SELECT purged_seen`, `purged_position FROM gates WHERE name = ?1`) + `) ` +
+		`OR (status = 1 AND ` + atOrAbove(`SELECT active_purged_seen`, `active_purged_position FROM gates WHERE name = ?1`) + `)`)
+)
+
+// liveIf is the condition of a live row that is not to be called back nor
+// without a sign of life when it meets cond.
+func liveIf(cond string) string {
+	return `(notify = 1 OR last_active IS NULL OR ` + cond + `)`
+}
+
+// atOrAbove compares a row's place in the marks' order with a mark's:
+// (second of last_active, position) >= (second of seen, pos), seen and pos
+// parameters or columns. As a subquery, seen begins with its SELECT and pos
+// ends with its FROM and WHERE.
+func atOrAbove(seen, pos string) string {
+	return `(` + sqlSeenSecond + `, position) >= (` + seen + sqlPerSecond + `, ` + pos + `)`
+}
+
+const (
 	// sqlSeenSecond is the second of a row's last sign of life,
 	// the first term of the order of sessions_seen and of the purge marks
 	// (migrations/0013; seenSecond in Go). SQLite's integer division

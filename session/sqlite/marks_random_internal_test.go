@@ -42,17 +42,24 @@ func TestMarksHoldUnderRandomOps(t *testing.T) {
 		steps, err = strconv.Atoi(v)
 		require.NoError(t, err)
 	}
+	defaults := len(seeds) == 3 && steps == 300
 	var all randomCoverage
+	ran := 0
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			c := marksUnderRandomOps(t, seed, steps)
 			all.underMark += c.underMark
 			all.markAtCutoff += c.markAtCutoff
 			all.moved += c.moved
+			ran++
 		})
 	}
-	// The paths the test is for were taken: a change that stopped drawing
-	// them would pass without testing anything.
+	// The paths the test is for were taken by the default seeds: a change
+	// that stopped drawing them would pass without testing anything. (One
+	// seed alone, or another one, need not take all of them.)
+	if !defaults || ran != len(seeds) {
+		return
+	}
 	assert.Positive(t, all.underMark, "no step left purged rows under a mark")
 	assert.Positive(t, all.markAtCutoff, "no mark reached the cutoff's second")
 	assert.Positive(t, all.moved, "no lottery moved a session")

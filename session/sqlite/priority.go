@@ -16,7 +16,7 @@ import (
 
 var _ session.CodeStore = (*Store)(nil)
 
-const (
+var (
 	// INDEXED BY: without it SQLite walks the primary key (gate, position)
 	// to skip the sort, stepping over the whole normal lane at each
 	// promotion (5 s of an update at 1M sessions).
