@@ -155,9 +155,8 @@ type checkpointer struct {
 
 	stats struct {
 		background, writer, truncates, synced, failed, updateWaits atomic.Int64
-		// writebacks counts the rounds in which the writeback of the WAL
-		// was asked for while passes were held back (writeback), a round
-		// that found no WAL included.
+		// writebacks counts the rounds in which the writeback of some of
+		// the WAL was started while passes were held back (writeback).
 		writebacks atomic.Int64
 		// restartsMissed counts the restarts a reader prevented
 		// (checkRestart), truncatesBlocked the idle TRUNCATEs one did.
@@ -229,6 +228,19 @@ func checkpoint(w *wconn, st *stmt) (busy bool, log, done int64, err error) {
 	return asInt(dest[0]) != 0, asInt(dest[1]), asInt(dest[2]), nil
 }
 
+// appendsAt estimates the frame the writer appends next, as wal does,
+// except after a reading that found every frame backfilled: the writer's
+// next commit then restarts the WAL from its start, unless a reader kept it
+// (checkRestart), so only the frames written since are sure to be below.
+func (k *checkpointer) appendsAt(written int64) int64 {
+	r := k.reading.Load()
+	since := written - r.writtenAt
+	if r.done == r.log {
+		return since
+	}
+	return r.log + since
+}
+
 // wal estimates the WAL's length in frames, and the frames not backfilled,
 // from the last reading and what the writer appended since.
 func (k *checkpointer) wal(written int64) (frames, residual int64) {
@@ -278,8 +290,9 @@ func (k *checkpointer) run() {
 				continue
 			}
 		}
-		if frames, _ := k.wal(k.written.Load()); k.holdsBack(frames) {
-			k.writeback(frames)
+		w := k.written.Load()
+		if frames, _ := k.wal(w); k.holdsBack(frames) {
+			k.writeback(k.appendsAt(w))
 			continue
 		}
 		lastRun = k.pass()
@@ -314,17 +327,18 @@ func (k *checkpointer) pass() int64 {
 }
 
 // writeback starts the writeback of the WAL's dirty pages while passes are
-// held back (see above), up to where the writer appends: the WAL holds
-// frames frames (an estimate from the last reading). Where the file system
+// held back (see above), up to where the writer appends: before frame
+// appendAt (appendsAt). Where the file system
 // or the kernel refuses sync_file_range it says so once and does nothing
 // more: the fsyncs are only longer. Another failure (an open refused for
 // want of descriptors) skips this round. Called by the checkpointer
 // goroutine only.
-func (k *checkpointer) writeback(frames int64) {
+func (k *checkpointer) writeback(appendAt int64) {
 	if !writebackSupported || k.noWriteback {
 		return
 	}
-	if err := startWriteback(k.path+"-wal", walHeaderSize+frames*(k.pageSize+walFrameHeaderSize)); err != nil {
+	n, err := startWriteback(k.path+"-wal", walHeaderSize+appendAt*(k.pageSize+walFrameHeaderSize))
+	if err != nil {
 		if writebackRefused(err) {
 			k.noWriteback = true
 			k.log.Warn("anteroom: the file system does not start a WAL's writeback; the checkpoints after an update will sync more at once", "path", k.path, "err", err)
@@ -333,7 +347,9 @@ func (k *checkpointer) writeback(frames int64) {
 		k.log.Debug("anteroom: starting the WAL's writeback failed", "path", k.path, "err", err)
 		return
 	}
-	k.stats.writebacks.Add(1)
+	if n > 0 {
+		k.stats.writebacks.Add(1)
+	}
 }
 
 // holdsBack reports whether an Update runs and the WAL, holding frames,

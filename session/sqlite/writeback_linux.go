@@ -22,10 +22,13 @@ const writebackSupported = true
 // under writeback waits for it. A missing or short file is not an error.
 // It is for the WAL (see onWALFile).
 //
+// It returns how many bytes it asked to be written (0: none).
+//
 // Errors: the open's, the stat's, or sync_file_range's (see
 // writebackRefused).
-func startWriteback(path string, appendAt int64) error {
-	return onWALFile(path, func(f *os.File) error {
+func startWriteback(path string, appendAt int64) (int64, error) {
+	var asked int64
+	err := onWALFile(path, func(f *os.File) error {
 		fi, err := f.Stat()
 		if err != nil {
 			return err
@@ -34,8 +37,13 @@ func startWriteback(path string, appendAt int64) error {
 		if n == 0 {
 			return nil
 		}
-		return unix.SyncFileRange(int(f.Fd()), 0, n, unix.SYNC_FILE_RANGE_WRITE)
+		if err := unix.SyncFileRange(int(f.Fd()), 0, n, unix.SYNC_FILE_RANGE_WRITE); err != nil {
+			return err
+		}
+		asked = n
+		return nil
 	})
+	return asked, err
 }
 
 // writebackLength is how many bytes from the start of a WAL of size bytes

@@ -27,19 +27,22 @@ func TestStartWriteback(t *testing.T) {
 		name     string
 		prepare  func(path string)
 		appendAt int64
+		asked    int64
 	}{
-		{"a file with dirty pages", write(1 << 20), 1 << 30},
-		{"a restarted WAL, the writer appending near its start", write(1 << 20), int64(3*page + 100)},
-		{"a file of two pages and a bit: nothing before its last two pages", write(2*page + 100), 1 << 30},
-		{"the writer at the WAL's start", write(1 << 20), walHeaderSize},
-		{"an empty file", write(0), 1 << 30},
-		{"no file", func(string) {}, 1 << 30},
+		{"a file with dirty pages", write(1 << 20), 1 << 30, 1<<20 - int64(2*page)},
+		{"a restarted WAL, the writer appending near its start", write(1 << 20), int64(3*page + 100), int64(page)},
+		{"a file of two pages and a bit: nothing before its last two pages", write(2*page + 100), 1 << 30, 0},
+		{"the writer at the WAL's start", write(1 << 20), walHeaderSize, 0},
+		{"an empty file", write(0), 1 << 30, 0},
+		{"no file", func(string) {}, 1 << 30, 0},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, "f"+string(rune('a'+i)))
 			tc.prepare(path)
-			require.NoError(t, startWriteback(path, tc.appendAt))
+			asked, err := startWriteback(path, tc.appendAt)
+			require.NoError(t, err)
+			assert.Equal(t, tc.asked, asked, "bytes asked to be written")
 		})
 	}
 }
