@@ -39,21 +39,10 @@ func TestALotteryBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) {
 	// last seen in the cutoff's second.
 	now := epoch.Add(cfg.WaitingTimeout + 2*time.Second + 500*time.Millisecond)
 	cutoff := now.Add(-cfg.WaitingTimeout)
-	ts := []session.Touch{{ID: "a0", LastActive: now}}
-	var live, stale []string
-	for i := range 6 {
-		live = append(live, fmt.Sprintf("live%d", i))
-		ts = append(ts, session.Touch{ID: live[i], LastActive: cutoff.Add(time.Duration(i) * time.Millisecond)})
-	}
-	for i := range 6 {
-		stale = append(stale, fmt.Sprintf("stale%d", i))
-		ts = append(ts, session.Touch{ID: stale[i], LastActive: cutoff.Add(-time.Duration(i+1) * time.Millisecond)})
-	}
-	for _, id := range append(append([]string{}, live...), stale...) {
-		_, err := s.Join(ctx, held, id, epoch)
-		require.NoError(t, err)
-	}
-	require.NoError(t, s.Touch(ctx, cfg.Name, ts))
+	ids := waitersSeen(t, s, held, now,
+		seenGroup{"live", 6, func(i int) time.Time { return cutoff.Add(time.Duration(i) * time.Millisecond) }},
+		seenGroup{"stale", 6, func(i int) time.Time { return cutoff.Add(-time.Duration(i+1) * time.Millisecond) }})
+	live, stale := ids[0], ids[1]
 
 	// After the update's second step (the first in-place deletion:
 	// stale0), the lottery is drawn before its next transaction.
@@ -72,19 +61,14 @@ func TestALotteryBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) {
 	require.NoError(t, <-drawn)
 	require.Greater(t, rep.Transactions, 1)
 
-	rows, err := s.Rows(ctx, cfg.Name)
-	require.NoError(t, err)
-	left := map[string]int64{}
-	for _, r := range rows {
-		left[r.ID] = r.Position
-	}
+	left := rowsByID(t, s, cfg.Name)
 	for _, id := range stale {
-		if pos, ok := left[id]; ok {
-			t.Errorf("%s (position %d after the draw) is stale at the update's cutoff and stays", id, pos)
+		if r, ok := left[id]; ok {
+			t.Errorf("%s (position %d after the draw) is stale at the update's cutoff and stays", id, r.Position)
 		}
 	}
 	assert.EqualValues(t, len(stale), rep.PurgedWaiting)
-	assert.Len(t, rows, 1+len(live))
+	assert.Len(t, left, 1+len(live))
 }
 
 // Stored settings that shorten the waiting timeout by less than a second,
@@ -104,21 +88,10 @@ func TestACutoffMovedWithinItsSecondLeavesNoStaleWaiter(t *testing.T) {
 	shorter.WaitingTimeout -= 400 * time.Millisecond // cutoff epoch+2.9s, same second
 	require.Equal(t, seenSecond(oldCutoff.UnixNano()), seenSecond(now.Add(-shorter.WaitingTimeout).UnixNano()))
 
-	ts := []session.Touch{{ID: "a0", LastActive: now}}
-	var mid, stale []string
-	for i := range 3 { // stale only at the new cutoff, below the cursor
-		mid = append(mid, fmt.Sprintf("mid%d", i))
-		ts = append(ts, session.Touch{ID: mid[i], LastActive: oldCutoff.Add(100 * time.Millisecond)})
-	}
-	for i := range 3 { // stale at both
-		stale = append(stale, fmt.Sprintf("stale%d", i))
-		ts = append(ts, session.Touch{ID: stale[i], LastActive: oldCutoff.Add(-100 * time.Millisecond)})
-	}
-	for _, id := range append(append([]string{}, mid...), stale...) {
-		_, err := s.Join(ctx, cfg, id, epoch)
-		require.NoError(t, err)
-	}
-	require.NoError(t, s.Touch(ctx, cfg.Name, ts))
+	ids := waitersSeen(t, s, cfg, now,
+		seenGroup{"mid", 3, func(int) time.Time { return oldCutoff.Add(100 * time.Millisecond) }},    // stale only at the new cutoff, below the cursor
+		seenGroup{"stale", 3, func(int) time.Time { return oldCutoff.Add(-100 * time.Millisecond) }}) // stale at both
+	mid, stale := ids[0], ids[1]
 
 	saved := make(chan error, 1)
 	atUpdateStep(t, s, 2, 1, func() { // after the first in-place deletion (stale0)
@@ -128,9 +101,7 @@ func TestACutoffMovedWithinItsSecondLeavesNoStaleWaiter(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, <-saved)
 
-	rows, err := s.Rows(ctx, cfg.Name)
-	require.NoError(t, err)
-	for _, r := range rows {
+	for _, r := range rowsByID(t, s, cfg.Name) {
 		if r.ID != "a0" {
 			t.Errorf("%s (position %d, last seen %v) is stale at the update's cutoff and stays", r.ID, r.Position, r.LastActive)
 		}
@@ -152,25 +123,13 @@ func TestACallBackTurnedOffBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) 
 	now := epoch.Add(cfg.WaitingTimeout + 2*time.Second + 500*time.Millisecond)
 	cutoff := now.Add(-cfg.WaitingTimeout)
 
-	ts := []session.Touch{{ID: "a0", LastActive: now}}
-	var called, stale []string
-	for i := range 3 { // to be called back: kept, below the cursor
-		called = append(called, fmt.Sprintf("called%d", i))
-		ts = append(ts, session.Touch{ID: called[i], LastActive: cutoff.Add(-100 * time.Millisecond)})
-	}
-	for i := range 3 {
-		stale = append(stale, fmt.Sprintf("stale%d", i))
-		ts = append(ts, session.Touch{ID: stale[i], LastActive: cutoff.Add(-100 * time.Millisecond)})
-	}
-	for _, id := range append(append([]string{}, called...), stale...) {
-		_, err := s.Join(ctx, cfg, id, epoch)
-		require.NoError(t, err)
-	}
-	for _, id := range called {
+	seen := func(int) time.Time { return cutoff.Add(-100 * time.Millisecond) }
+	ids := waitersSeen(t, s, cfg, now, seenGroup{"called", 3, seen}, seenGroup{"stale", 3, seen})
+	called, stale := ids[0], ids[1]
+	for _, id := range called { // to be called back: kept, below the cursor
 		_, err := s.SetNotify(ctx, cfg, id, true, epoch)
 		require.NoError(t, err)
 	}
-	require.NoError(t, s.Touch(ctx, cfg.Name, ts))
 
 	turnedOff := make(chan error, 1)
 	atUpdateStep(t, s, 2, 1, func() { // after the first in-place deletion (stale0)
@@ -183,11 +142,9 @@ func TestACallBackTurnedOffBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) 
 	require.NoError(t, err)
 	require.NoError(t, <-turnedOff)
 
-	rows, err := s.Rows(ctx, cfg.Name)
-	require.NoError(t, err)
 	left := map[string]bool{}
-	for _, r := range rows {
-		left[r.ID] = true
+	for id := range rowsByID(t, s, cfg.Name) {
+		left[id] = true
 	}
 	assert.False(t, left[called[0]], "%s, no longer to be called back, is stale at the update's cutoff and stays", called[0])
 	assert.True(t, left[called[1]] && left[called[2]], "the waiters still to be called back stay")
@@ -195,4 +152,44 @@ func TestACallBackTurnedOffBetweenInPlaceStepsLeavesNoStaleWaiter(t *testing.T) 
 		assert.False(t, left[id], "%s is stale at the update's cutoff and stays", id)
 	}
 	assert.EqualValues(t, len(stale)+1, rep.PurgedWaiting)
+}
+
+// seenGroup is n waiters named prefix0, prefix1, … last seen at at(i).
+type seenGroup struct {
+	prefix string
+	n      int
+	at     func(i int) time.Time
+}
+
+// waitersSeen joins each group's waiters in order at epoch with cfg, then
+// touches them at their times, and touches a0 (the test's active session)
+// at now. It returns each group's ids.
+func waitersSeen(t *testing.T, s *Store, cfg session.GateConfig, now time.Time, groups ...seenGroup) [][]string {
+	t.Helper()
+	ctx := context.Background()
+	ts := []session.Touch{{ID: "a0", LastActive: now}}
+	ids := make([][]string, len(groups))
+	for g, gr := range groups {
+		for i := range gr.n {
+			id := fmt.Sprintf("%s%d", gr.prefix, i)
+			_, err := s.Join(ctx, cfg, id, epoch)
+			require.NoError(t, err)
+			ids[g] = append(ids[g], id)
+			ts = append(ts, session.Touch{ID: id, LastActive: gr.at(i)})
+		}
+	}
+	require.NoError(t, s.Touch(ctx, cfg.Name, ts))
+	return ids
+}
+
+// rowsByID is the gate's rows (Rows), by session id.
+func rowsByID(t *testing.T, s *Store, gate string) map[string]session.Session {
+	t.Helper()
+	rows, err := s.Rows(context.Background(), gate)
+	require.NoError(t, err)
+	m := make(map[string]session.Session, len(rows))
+	for _, r := range rows {
+		m[r.ID] = r
+	}
+	return m
 }

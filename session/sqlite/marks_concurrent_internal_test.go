@@ -86,22 +86,19 @@ func TestMarksHoldWhileUpdatesYieldToWriters(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	check := func(s *Store) { requireCountersMatchRows(t, s, cfg.Name, "") }
-	check(s)
+	requireCountersMatchRows(t, s, cfg.Name, "after the concurrent ops")
 	now := time.Unix(0, clock.Load()).UTC().Add(10 * tenth)
 	_, err = s.Update(ctx, cfg, now, 7)
 	require.NoError(t, err)
-	rows, err := s.Rows(ctx, cfg.Name)
-	require.NoError(t, err)
+	_, rows := requireCountersMatchRows(t, s, cfg.Name, "after the last update")
 	for _, r := range rows {
 		require.False(t, session.IsStale(cfg, r, now), "%s stale after the update", r.ID)
 	}
-	check(s)
 	require.NoError(t, s.Close())
 	var log sessiontest.LogBuffer
 	s2, err := Open(path, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	require.NoError(t, err)
 	defer s2.Close()
 	require.NotContains(t, log.String(), "repaired")
-	check(s2)
+	requireCountersMatchRows(t, s2, cfg.Name, "after a clean restart")
 }

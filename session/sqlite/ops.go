@@ -154,7 +154,9 @@ func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 // write does what a rule decided for one row (slot sl, for an insert) and
 // adds its delta to the gate's counters. out.Session is what was stored
 // (keepLive may have moved a waiter's last sign of life): the caller reports
-// and returns it.
+// and returns it. A caller whose write turns a call-back off (Notify from
+// true to false) must also count a cursor reset (wconn.cursorResets), as
+// SetNotify does, since it alone has the row as it was.
 func (s *Store) write(e *gateEntry, out *session.Outcome, sl slot) error {
 	r := &out.Session
 	keepLive(e, r)

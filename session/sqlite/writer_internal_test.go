@@ -64,8 +64,8 @@ func waitQueued(t *testing.T, s *Store, n int) {
 
 // requireCountersMatchRows checks that gate's counters, and the active and
 // waiting lists Load returns, count the live rows Rows returns, and returns
-// Load's snapshot. where says at which point of the test.
-func requireCountersMatchRows(t *testing.T, s *Store, gate, where string) session.GateSnapshot {
+// Load's snapshot and the rows. where says at which point of the test.
+func requireCountersMatchRows(t *testing.T, s *Store, gate, where string) (session.GateSnapshot, []session.Session) {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := s.Rows(ctx, gate)
@@ -85,7 +85,7 @@ func requireCountersMatchRows(t *testing.T, s *Store, gate, where string) sessio
 	require.Equal(t, waiting, st.State.Waiting, "%s: waiting counter vs rows", where)
 	require.Len(t, st.Active, int(active), "%s: active list vs rows", where)
 	require.Len(t, st.Waiting, int(waiting), "%s: waiting list vs rows", where)
-	return st
+	return st, rows
 }
 
 // atUpdateStep runs start after the nth step of s's updates (counted from
@@ -102,7 +102,14 @@ func atUpdateStep(t *testing.T, s *Store, n, queued int, start func()) {
 		}
 		before := len(s.ops)
 		start()
-		waitQueued(t, s, before+queued)
+		// On the writer's goroutine: a failure is reported, not a FailNow
+		// there, which would stop the writer and hang the test.
+		for deadline := time.Now().Add(10 * time.Second); len(s.ops) < before+queued; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Errorf("at update step %d: %d ops not queued", n, queued)
+				return
+			}
+		}
 	}
 	t.Cleanup(func() { testHookUpdateStep = nil })
 }
