@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,62 +13,56 @@ import (
 )
 
 // A stored event that no longer decodes (edited by hand, or written by a
-// newer version before a rollback) holds its gate: the dashboard says so,
-// names the event and says how to clear it, and the gate's mode reads
-// queue_all, which the mode control shows as in effect beside the
-// configured mode it sets; once the event is deleted the note goes.
-func TestDashboardShowsAHoldingDamagedEvent(t *testing.T) {
-	srv := sidecarWithDamagedEvent(t, `{"phase":"paused"}`)
-	ctx := context.Background()
+// newer version before a rollback) is shown on the dashboard, named, with
+// how to clear it. One that may be an open pre-queue holds its gate: the
+// mode reads queue_all, which the mode control shows as in effect beside
+// the configured mode it sets, and a join waits. One that reads as started
+// holds nothing (session.DamagedEventHolds): it is left out and the gate
+// stays open. Once the event is deleted the note, and the hold, go.
+func TestDashboardShowsADamagedEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name, stored, png string
+		note, clear       string // how the note begins, what it says to clear it
+		mode, inEffect    string // the badge's mode, the mode control's words ("" hidden)
+		join              session.Status
+	}{
+		{"holding", `{"phase":"paused"}`, "dashboard_damaged.png",
+			`Held: stored event "drop" does not decode`, "Delete it (DELETE …/admin/api/gates/default/events/drop) and schedule it again.",
+			"queue_all", "in effect: queue_all", session.StatusWaiting},
+		{"holding nothing", `{"phase":"started"}`, "dashboard_damaged_nohold.png",
+			`Stored event "drop" does not decode and is left out`, "Delete it (DELETE …/admin/api/gates/default/events/drop) to clear this note",
+			"open", "", session.StatusActive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := sidecarWithDamagedEvent(t, tc.stored)
+			op := openDashboard(t, newBrowser(t), srv)
+			op.waitFor("the damaged event named", text(`.note`)+`.startsWith(`+strconv.Quote(tc.note)+`)
+  && `+text(`.mode`)+` === `+strconv.Quote(tc.mode))
+			writePNG(t, screenshotDir(t), tc.png, fullScreenshot(op))
+			if got := evalJS[string](op, text(`.note`)); !strings.Contains(got, tc.clear) {
+				t.Errorf("note %q does not say how to clear it (%q)", got, tc.clear)
+			}
+			if got, want := evalJS[string](op, card(`select[name=mode]`)+`.value`), "open"; got != want {
+				t.Errorf("the mode control shows %q, want the configured %q", got, want)
+			}
+			if got := evalJS[string](op, `(`+card(`.effect`)+`.hidden ? '' : `+text(`.effect`)+`)`); got != tc.inEffect {
+				t.Errorf("the mode control says %q beside the selector, want %q", got, tc.inEffect)
+			}
+			if _, st := joinHTTP(t, srv); st != tc.join {
+				t.Errorf("a join into a free slot: %s, want %s", st, tc.join)
+			}
 
-	op := openDashboard(t, newBrowser(t), srv)
-	op.waitFor("the hold shown, naming the event", text(`.note`)+`.startsWith('Held: stored event "drop" does not decode')
-  && `+text(`.mode`)+` === 'queue_all'`)
-	op.waitFor("the mode control: open configured, queue_all in effect", card(`select[name=mode]`)+`.value === 'open'
-  && !`+card(`.effect`)+`.hidden && `+text(`.effect`)+` === 'in effect: queue_all'`)
-	writePNG(t, screenshotDir(t), "dashboard_damaged.png", fullScreenshot(op))
-	if got, want := evalJS[string](op, text(`.note`)), "Delete it (DELETE …/admin/api/gates/default/events/drop) and schedule it again."; !strings.Contains(got, want) {
-		t.Errorf("note %q does not say how to clear the hold (%q)", got, want)
-	}
-	if _, st := joinHTTP(t, srv); st != session.StatusWaiting {
-		t.Errorf("a join into a free slot: %s, want waiting (held)", st)
-	}
-
-	if err := srv.waitlist.RemoveEvent(ctx, "default", "drop"); err != nil {
-		t.Fatal(err)
-	}
-	op.waitFor("the note gone once the event is deleted", `!/stored event/.test(`+text(`.note`)+`)
+			if err := srv.waitlist.RemoveEvent(context.Background(), "default", "drop"); err != nil {
+				t.Fatal(err)
+			}
+			op.waitFor("the note and the hold gone once the event is deleted", `!/stored event/i.test(`+text(`.note`)+`)
   && `+text(`.mode`)+` === 'open' && `+card(`.effect`)+`.hidden`)
-	if got := evalJS[string](op, text(`.note`)); strings.Contains(got, "drop") {
-		t.Errorf("note %q still names the event", got)
+			if got := evalJS[string](op, text(`.note`)); strings.Contains(got, "drop") {
+				t.Errorf("note %q still names the event", got)
+			}
+			op.requireNoProblems()
+		})
 	}
-	op.requireNoProblems()
-}
-
-// A damaged stored event that reads as started holds nothing
-// (session.DamagedEventHolds): the dashboard names it, says it is left out
-// and how to clear it, and the gate stays open; once the event is deleted
-// the note goes.
-func TestDashboardShowsADamagedEventThatHoldsNothing(t *testing.T) {
-	srv := sidecarWithDamagedEvent(t, `{"phase":"started"}`)
-	ctx := context.Background()
-
-	op := openDashboard(t, newBrowser(t), srv)
-	op.waitFor("the damaged event named, not holding", text(`.note`)+`.startsWith('Stored event "drop" does not decode and is left out')
-  && `+text(`.mode`)+` === 'open'`)
-	writePNG(t, screenshotDir(t), "dashboard_damaged_nohold.png", fullScreenshot(op))
-	if got, want := evalJS[string](op, text(`.note`)), "Delete it (DELETE …/admin/api/gates/default/events/drop) to clear this note"; !strings.Contains(got, want) {
-		t.Errorf("note %q does not say how to clear it (%q)", got, want)
-	}
-	if _, st := joinHTTP(t, srv); st != session.StatusActive {
-		t.Errorf("a join into a free slot: %s, want active (nothing held)", st)
-	}
-
-	if err := srv.waitlist.RemoveEvent(ctx, "default", "drop"); err != nil {
-		t.Fatal(err)
-	}
-	op.waitFor("the note gone once the event is deleted", `!/stored event/i.test(`+text(`.note`)+`)`)
-	op.requireNoProblems()
 }
 
 // sidecarWithDamagedEvent starts a sidecar whose gate "default" (limit 1)
