@@ -60,7 +60,9 @@ type cleaner struct {
 	ctx    context.Context // canceled by Close (halt)
 	cancel context.CancelFunc
 
-	mu    sync.Mutex
+	mu sync.Mutex
+	// gates are the gates to clean; true for one with a pending promotion
+	// to write first (promoted.go).
 	gates map[string]bool
 	kick  chan struct{} // 1-buffered: something to clean
 	done  chan struct{} // closed when the goroutine ends
@@ -82,9 +84,16 @@ func (c *cleaner) halt() {
 	<-c.done
 }
 
+// cleanJob is a gate given to the cleaner, and whether it had a pending
+// promotion when it was given.
+type cleanJob struct {
+	gate     string
+	promoted bool
+}
+
 // take returns the gates given since the last take and forgets them; with
 // none, the cleaner is idle.
-func (c *cleaner) take() []string {
+func (c *cleaner) take() []cleanJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.gates) == 0 {
@@ -95,25 +104,26 @@ func (c *cleaner) take() []string {
 		}
 		return nil
 	}
-	gates := make([]string, 0, len(c.gates))
-	for g := range c.gates {
-		gates = append(gates, g)
+	gates := make([]cleanJob, 0, len(c.gates))
+	for g, promoted := range c.gates {
+		gates = append(gates, cleanJob{g, promoted})
 	}
 	clear(c.gates)
 	return gates
 }
 
-// cleanWanted tells the cleaner that gate has purged rows to delete. The
+// cleanWanted tells the cleaner that gate has purged rows to delete, or
+// with promoted a pending promotion to write. The
 // writer calls it once the transaction that raised the mark committed; the
 // cleaner is kicked when the Update ends (cleanStart), or picks the gate
 // up sooner when it is already running. Its ops delete only what the
 // stored mark covers, which never runs ahead of what was counted out; an
 // op that runs in a later transaction of the update sees the mark as
 // committed.
-func (s *Store) cleanWanted(gate string) {
+func (s *Store) cleanWanted(gate string, promoted bool) {
 	c := s.clean
 	c.mu.Lock()
-	c.gates[gate] = true
+	c.gates[gate] = c.gates[gate] || promoted
 	c.busy = true
 	c.mu.Unlock()
 }
@@ -155,15 +165,15 @@ func (s *Store) runCleaner() {
 		for gates := c.take(); len(gates) > 0; gates = c.take() {
 			failed := false
 			for _, g := range gates {
-				err := s.cleanGate(ctx, g)
+				err := s.cleanGate(ctx, g.gate, g.promoted)
 				if err == nil {
 					continue
 				}
 				if ctx.Err() != nil {
 					return // closing: Close deletes what is left
 				}
-				s.log.Warn("anteroom: deleting purged sessions failed; retrying", "path", s.path, "gate", g, "err", err, "retry_in", retry)
-				s.cleanWanted(g)
+				s.log.Warn("anteroom: writing promotions or deleting purged sessions failed; retrying", "path", s.path, "gate", g.gate, "err", err, "retry_in", retry)
+				s.cleanWanted(g.gate, g.promoted)
 				failed = true
 			}
 			if !failed {
@@ -180,15 +190,16 @@ func (s *Store) runCleaner() {
 	}
 }
 
-// cleanGate deletes the purged rows of gate, cleanChunk an op, until none
-// is left, and lowers the gate's marks in its last op (resetMarks). It
-// pauses for cleanPause between its ops. It writes as an update does
-// (scattered pages, many of them), and is held back as one: it waits for
-// room in the WAL before each op (waitForRoom), and background checkpoint
-// passes and the identity record wait for it.
+// cleanGate writes the rows of gate's pending promotion, with promoted,
+// materializeChunk rows an op (promoted.go), then deletes its purged rows,
+// cleanChunk an op, until none is left, and lowers the gate's marks in its
+// last op (resetMarks). It pauses for cleanPause between its ops. It
+// writes as an update does (many pages), and is held back as one: it
+// waits for room in the WAL before each op (waitForRoom), and background
+// checkpoint passes and the identity record wait for it.
 //
 // Errors: ctx's, when the cleaner is stopped; the op's.
-func (s *Store) cleanGate(ctx context.Context, gate string) error {
+func (s *Store) cleanGate(ctx context.Context, gate string, promoted bool) error {
 	s.updating.Add(1)
 	s.updates.Add(1)
 	defer func() {
@@ -204,8 +215,15 @@ func (s *Store) cleanGate(ctx context.Context, gate string) error {
 			return err
 		}
 		var n int64
+		var more bool
 		o := newOp(ctx, opFunc)
+		o.pendingSafe = true // it writes the pending promotion, or deletes rows under the marks, none pending
 		o.fn = func(b *batch) error {
+			if promoted {
+				var err error
+				more, err = s.materialize(b, gate, materializeChunk)
+				return err
+			}
 			var err error
 			n, err = s.wc.exec(s.wc.cleanPurged, gate, cleanChunk)
 			if err != nil {
@@ -221,7 +239,10 @@ func (s *Store) cleanGate(ctx context.Context, gate string) error {
 		if err != nil {
 			return err
 		}
-		if n < cleanChunk {
+		switch {
+		case promoted:
+			promoted = more
+		case n < cleanChunk:
 			return nil
 		}
 		pause.Reset(cleanPause)

@@ -18,9 +18,11 @@ import (
 // connection at Open. Variables, not constants, only because some are built
 // with atOrAbove.
 var (
-	sqlSelectGate = `SELECT next_position, active, waiting, pace_tokens, pace_at, purged_seen, purged_position, active_purged_seen, active_purged_position FROM gates WHERE name = ?`
+	sqlSelectGate = `SELECT next_position, active, waiting, pace_tokens, pace_at, purged_seen, purged_position, active_purged_seen, active_purged_position, ` +
+		`promoted_from, promoted_to, promoted_at, promoted_claim, promoted_notify_claim FROM gates WHERE name = ?`
 	sqlInsertGate = `INSERT INTO gates (name, next_position, active, waiting) VALUES (?, 1, 0, 0)`
-	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ?, purged_seen = ?, purged_position = ?, active_purged_seen = ?, active_purged_position = ? WHERE name = ?`
+	sqlUpdateGate = `UPDATE gates SET next_position = ?, active = ?, waiting = ?, pace_tokens = ?, pace_at = ?, purged_seen = ?, purged_position = ?, active_purged_seen = ?, active_purged_position = ?, ` +
+		`promoted_from = ?, promoted_to = ?, promoted_at = ?, promoted_claim = ?, promoted_notify_claim = ? WHERE name = ?`
 	// sqlResetGateMarks lowers a gate's purge marks to noMark at once,
 	// before the transaction's end, if they are stored as ?2..?5 (resetMarks).
 	sqlResetGateMarks = `UPDATE gates SET ` + setNoMarks + ` WHERE name = ?1 ` +
@@ -48,8 +50,11 @@ var (
 	// end of the gate's range.
 	sqlBounds = `SELECT (SELECT position FROM sessions WHERE gate = ?1 AND position >= ?2 AND status = 0 AND ` + liveWaiter3 + ` ORDER BY position LIMIT 1), ` +
 		`(SELECT position FROM sessions WHERE gate = ?1 AND status = 0 AND ` + liveWaiter3 + ` ORDER BY position DESC LIMIT 1)`
-	sqlSelectRow    = `SELECT status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position = ?2 AND id = ?3`
-	sqlGetRow       = sqlSelectRow + ` AND ` + liveStored
+	sqlSelectRow = `SELECT status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND position = ?2 AND id = ?3`
+	// sqlGetRow is sqlSelectRow for the read pool, with the gate's pending
+	// promotion applied (promoted.go) and the purged rows left out, in one
+	// snapshot.
+	sqlGetRow       = `SELECT ` + pendingColumns + `, notify, lane FROM sessions, gates g WHERE g.name = ?1 AND gate = ?1 AND position = ?2 AND id = ?3 AND ` + liveStored
 	sqlRowExists    = `SELECT 1 FROM sessions WHERE gate = ?1 AND position = ?2`
 	sqlInsertRow    = `INSERT INTO sessions (gate, position, id, status, last_active, created_at, claim_deadline, notify, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlUpdateRow    = `UPDATE sessions SET status = ?, last_active = ?, claim_deadline = ?, notify = ? WHERE gate = ? AND position = ?`
@@ -139,7 +144,7 @@ var (
 	sqlSelectMeta = `SELECT value FROM meta WHERE key = ?`
 	sqlInsertMeta = `INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)`
 	sqlDeleteMeta = `DELETE FROM meta WHERE key = ?`
-	sqlAllRows    = `SELECT id, position, status, last_active, created_at, claim_deadline, notify, lane FROM sessions WHERE gate = ?1 AND ` + liveStored
+	sqlAllRows    = `SELECT id, position, ` + pendingColumns + `, notify, lane FROM sessions, gates g WHERE g.name = ?1 AND gate = ?1 AND ` + liveStored
 )
 
 // The condition of a live row (see sqlBounds), for a waiting row: with the
@@ -263,6 +268,7 @@ type wconn struct {
 	staleSeenAfter, staleSeenClaimAfter         *stmt
 	purgeWaitingInPlace, cleanPurged            *stmt
 	purgeActive, active, waitingPos, keys, idAt *stmt
+	materialize, pendingGates                   *stmt
 	selectMeta, insertMeta, deleteMeta          *stmt
 	allSettings                                 *stmt
 	checkpoint, truncate, pageSize              *stmt
@@ -285,6 +291,7 @@ func (w *wconn) prepare(ctx context.Context) error {
 		{&w.deleteRow, sqlDeleteRow}, {&w.firstWaiters, sqlFirstWaiters}, {&w.staleSeen, sqlStaleSeenInMarksSecond}, {&w.staleSeenClaim, sqlStaleSeenClaimInMarksSecond}, {&w.staleSeenAfter, sqlStaleSeenAfterMarksSecond}, {&w.staleSeenClaimAfter, sqlStaleSeenClaimAfterMarksSecond}, {&w.anyClaim, sqlAnyClaim}, {&w.resetGateMarks, sqlResetGateMarks},
 		{&w.purgeWaitingInPlace, sqlPurgeWaitingInPlace}, {&w.cleanPurged, sqlCleanPurged},
 		{&w.purgeActive, sqlPurgeActive}, {&w.active, sqlActive}, {&w.waitingPos, sqlWaitingPos}, {&w.keys, sqlKeys}, {&w.idAt, sqlIDAt},
+		{&w.materialize, sqlMaterialize}, {&w.pendingGates, sqlPendingGates},
 		{&w.selectMeta, sqlSelectMeta}, {&w.insertMeta, sqlInsertMeta}, {&w.deleteMeta, sqlDeleteMeta},
 		{&w.allSettings, sqlAllSettings},
 		{&w.checkpoint, "PRAGMA wal_checkpoint(PASSIVE)"}, {&w.truncate, "PRAGMA wal_checkpoint(TRUNCATE)"},
@@ -326,6 +333,7 @@ func (w *wconn) close() error {
 		w.selectRow, w.rowExists, w.insertRow, w.updateRow,
 		w.deleteRow, w.firstWaiters, w.staleSeen, w.staleSeenClaim, w.staleSeenAfter, w.staleSeenClaimAfter, w.anyClaim, w.resetGateMarks, w.purgeWaitingInPlace, w.cleanPurged,
 		w.purgeActive, w.active, w.waitingPos, w.keys, w.idAt,
+		w.materialize, w.pendingGates,
 		w.selectMeta, w.insertMeta, w.deleteMeta,
 		w.allSettings,
 		w.checkpoint, w.truncate, w.pageSize,

@@ -18,7 +18,7 @@ var migrationFS embed.FS
 // SchemaVersion is the schema version this package writes: the number of the
 // last file in migrations/. It is kept in the database header (PRAGMA
 // user_version).
-const SchemaVersion = 13
+const SchemaVersion = 14
 
 // The schema versions of the purge marks: from exactMarksFrom (0011) they
 // compare rows by (last_active, position); from secondMarksFrom (0013), by

@@ -25,7 +25,7 @@ func (s *Store) gate(b *batch, name string) (*gateEntry, error) {
 	}
 	if e == nil {
 		e = &gateEntry{name: name}
-		var dest [9]driver.Value
+		var dest [14]driver.Value
 		found, err := s.wc.queryRow(s.wc.selectGate, dest[:], name)
 		switch {
 		case err != nil:
@@ -34,6 +34,7 @@ func (s *Store) gate(b *batch, name string) (*gateEntry, error) {
 			e.pace = paceOf(dest[3], dest[4])
 			e.mark = purgeMark{asInt(dest[5]), asInt(dest[6])}
 			e.activeMark = purgeMark{asInt(dest[7]), asInt(dest[8])}
+			e.pend = pendingPromotion{from: asInt(dest[9]), to: asInt(dest[10]), at: asInt(dest[11]), claim: asNullInt(dest[12]), notifyClaim: asNullInt(dest[13])}
 		default:
 			if _, err = s.wc.exec(s.wc.insertGate, name); err == nil {
 				e.c = session.Counters{NextPosition: 1}
@@ -79,7 +80,12 @@ func (s *Store) finish(b *batch) (map[string]session.GateState, error) {
 		if e.save {
 			e.save = false
 			tokens, at := paceRow(e.pace)
-			if _, err := s.wc.exec(s.wc.updateGate, e.c.NextPosition, e.c.Active, e.c.Waiting, tokens, at, e.mark.seen, e.mark.pos, e.activeMark.seen, e.activeMark.pos, e.name); err != nil {
+			p := e.pend
+			if !p.active() {
+				p = pendingPromotion{}
+			}
+			if _, err := s.wc.exec(s.wc.updateGate, e.c.NextPosition, e.c.Active, e.c.Waiting, tokens, at, e.mark.seen, e.mark.pos, e.activeMark.seen, e.activeMark.pos,
+				p.from, p.to, p.at, nullInt(p.claim), nullInt(p.notifyClaim), e.name); err != nil {
 				return nil, fmt.Errorf("save gate %q: %w", e.name, err)
 			}
 		}
@@ -111,7 +117,7 @@ func (s *Store) state(e *gateEntry) (session.GateState, error) {
 		return st, nil
 	}
 	var dest [2]driver.Value
-	if _, err := s.wc.queryRow(s.wc.bounds, dest[:], e.name, e.lb, e.mark.seen, e.mark.pos); err != nil {
+	if _, err := s.wc.queryRow(s.wc.bounds, dest[:], e.name, e.searchFrom(), e.mark.seen, e.mark.pos); err != nil {
 		return st, fmt.Errorf("waiting bounds of gate %q: %w", e.name, err)
 	}
 	first, last := asNullInt(dest[0]), asNullInt(dest[1])
@@ -124,6 +130,8 @@ func (s *Store) state(e *gateEntry) (session.GateState, error) {
 
 // find reads the session (gate, id) inside the transaction: its row, or
 // nil when it does not exist, and the index slot an insert of it takes.
+// A row of a pending promotion comes back promoted (promoted.go): the
+// caller read the gate's entry first.
 func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 	pos, sl, ok := s.idx.lookup(gate, id)
 	if !ok {
@@ -137,6 +145,9 @@ func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 	if found {
 		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2]), claim: asNullInt(dest[3]), notify: asInt(dest[4]) != 0, lane: asInt(dest[5])}
 		sess := r.session(gate)
+		if e := s.cache[gate]; e != nil {
+			e.pend.apply(&sess) // a row reached by its id is live
+		}
 		return &sess, sl, nil
 	}
 	// The hash's entry names another row: that of another key with the
@@ -311,7 +322,7 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 	if out.Action == session.ActionDelete {
 		b.left(*existing, session.Released)
 	}
-	if _, err := s.promote(b, e, o.cfg, out.Promote, normTime(o.now), 0); err != nil {
+	if _, err := s.promote(b, e, o.cfg, out.Promote, normTime(o.now), 0, false); err != nil {
 		return err
 	}
 	o.sess = out.Session
@@ -322,7 +333,11 @@ func (s *Store) applyRelease(b *batch, o *op) error {
 // session.Promote, but no more than the gate's pacing allows at now
 // (session.Pace), and none at or after position below (session.Promotable;
 // zero: any). It returns how many it promoted.
-func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time, below int64) (int64, error) {
+//
+// With logical set (an update's promotion phase), the waiters of the normal
+// lane are promoted by the gate's pending promotion where they can be
+// (promoteLogically), and their rows are written later.
+func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64, now time.Time, below int64, logical bool) (int64, error) {
 	n = min(n, e.pace.Available(cfg, now))
 	if n <= 0 {
 		return 0, nil
@@ -333,7 +348,7 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 	if err != nil || done == n {
 		return done, err
 	}
-	rows, err := s.wc.query(s.wc.firstWaiters, e.name, e.lb, n-done, e.mark.seen, e.mark.pos)
+	rows, err := s.wc.query(s.wc.firstWaiters, e.name, e.searchFrom(), n-done, e.mark.seen, e.mark.pos)
 	if err != nil {
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
@@ -342,12 +357,19 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 		return 0, fmt.Errorf("read waiters: %w", err)
 	}
 	var promoted int64
+	var p pendingPromotion
+	if logical {
+		p = pendingFor(cfg, now)
+	}
+	pending := false
 	for _, w := range b.rows {
 		if !session.Promotable(w, below) {
 			break
 		}
 		out := session.Promote(cfg, w, now)
-		if err := s.write(e, &out, slot{}); err != nil {
+		if logical && s.promoteLogically(e, w, &out, p) {
+			pending = true
+		} else if err := s.write(e, &out, slot{}); err != nil {
 			return 0, err
 		}
 		b.event(session.EventPromoted, out.Session)
@@ -355,6 +377,9 @@ func (s *Store) promote(b *batch, e *gateEntry, cfg session.GateConfig, n int64,
 		promoted++
 	}
 	_, e.pace = e.pace.Allow(cfg, promoted, now)
+	if pending {
+		b.purged = append(b.purged, e.name) // the cleaner writes the rows
+	}
 	return done + promoted, nil
 }
 
@@ -419,7 +444,7 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 		}
 		b.left(*row, why)
 	}
-	n, err := s.promote(b, e, o.cfg, session.Promotions(o.cfg, e.c), now, 0)
+	n, err := s.promote(b, e, o.cfg, session.Promotions(o.cfg, e.c), now, 0, false)
 	if err != nil {
 		return err
 	}

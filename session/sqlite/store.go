@@ -185,6 +185,8 @@ type Store struct {
 	path     string
 	log      *slog.Logger
 	maxBatch int
+	// logical is logicalPromotion as Open found it (promoted.go).
+	logical bool
 
 	lock   *os.File
 	dbFile *os.File // the database file, flocked; closed after SQLite's connections
@@ -337,6 +339,7 @@ func Open(path string, opts Options) (*Store, error) {
 		path:       path,
 		log:        opts.Logger,
 		maxBatch:   opts.MaxBatch,
+		logical:    logicalPromotion,
 		onCommit:   opts.OnCommit,
 		lock:       lock,
 		dbFile:     dbFile,
@@ -510,18 +513,33 @@ func (s *Store) migrate(ctx context.Context, writerDSN string) error {
 	if len(applied) > 0 {
 		s.log.Info("anteroom: database schema migrated", "path", s.path, "applied", applied, "version", SchemaVersion)
 	}
-	// The rows of purged sessions that a process stopped before deleting
-	// (clean.go): gone before anything counts or indexes the rows, and
-	// only once quick_check found the file sound and the marks agree with
-	// the counters.
-	cleaned, err := settlePurged(ctx, conn, s.path, secondOrder, func() error {
+	verdict := func() error {
 		if checked == nil {
 			return nil
 		}
 		c := checked
 		checked = nil
 		return <-c
-	})
+	}
+	// The promotions a process stopped before writing (promoted.go), with
+	// the waiting mark as stored: before anything counts the rows by
+	// status (the marks' check among them), once quick_check found the
+	// file sound.
+	promoted, err := settlePromoted(ctx, conn, s.path, verdict)
+	if err != nil {
+		return err
+	}
+	if promoted > 0 {
+		s.log.Info("anteroom: wrote the rows of the promotions pending at the last stop", "path", s.path, "rows", promoted)
+		if s.snap != nil {
+			s.snap, s.snapWhy = nil, "pending promotions were written at start"
+		}
+	}
+	// The rows of purged sessions that a process stopped before deleting
+	// (clean.go): gone before anything counts or indexes the rows, and
+	// only once quick_check found the file sound and the marks agree with
+	// the counters.
+	cleaned, err := settlePurged(ctx, conn, s.path, secondOrder, verdict)
 	if err != nil {
 		return err
 	}
@@ -1012,7 +1030,11 @@ func (s *Store) Close() error {
 		close(s.recordStop)
 		<-s.recordDone
 		// What the cleaner left: the next start would do it otherwise,
-		// and read every row for its index instead of the snapshot.
+		// and read every row for its index instead of the snapshot. The
+		// pending promotions first: the snapshot counts rows by status.
+		if perr := s.materializeRest(); perr != nil {
+			s.log.Warn("anteroom: writing the pending promotions at close failed; the next start writes them", "path", s.path, "err", perr)
+		}
 		n, stopped, cerr := s.cleanRest()
 		switch {
 		case cerr != nil:

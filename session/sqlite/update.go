@@ -149,7 +149,7 @@ func (s *Store) updateStep(b *batch, e *gateEntry, o *op, st *updateStep, n int6
 	}
 	want := session.Promotions(o.cfg, e.c)
 	m := min(want, n)
-	did, err := s.promote(b, e, o.cfg, m, normTime(o.now), st.lineEnd)
+	did, err := s.promote(b, e, o.cfg, m, normTime(o.now), st.lineEnd, true)
 	if err != nil {
 		return 0, err
 	}

@@ -79,10 +79,13 @@ type op struct {
 	gen     func() ([]byte, error)
 	setting *session.GateConfig  // opSettings: what to save; nil deletes
 	fn      func(b *batch) error // opFunc
-	code    string               // opJoin: the priority code given, "" none
-	codes   *codeOp              // opCodes: the request and its answer; opJoin: the code's answer
-	updIn   updateStep           // where an update step starts
-	upd     updateStep           // where it ended, and what it did
+	// pendingSafe is set for an opFunc that runs with promotions pending
+	// (the cleaner's); any other materializes them first (promoted.go).
+	pendingSafe bool
+	code        string     // opJoin: the priority code given, "" none
+	codes       *codeOp    // opCodes: the request and its answer; opJoin: the code's answer
+	updIn       updateStep // where an update step starts
+	upd         updateStep // where it ended, and what it did
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
@@ -162,6 +165,9 @@ type gateEntry struct {
 	// activeMark is the gate's active purge mark (migrations/0012), the
 	// same for its active rows.
 	activeMark purgeMark
+	// pend is the gate's pending promotion (migrations/0014, promoted.go),
+	// saved with the counters.
+	pend pendingPromotion
 	// held is the gate's runtime settings as stored (nil: none, or a row
 	// that does not decode), and events its scheduled events as stored
 	// (sorted; damagedEvents: one does not decode, and is left out). The
@@ -232,8 +238,9 @@ type batch struct {
 	// the transaction is rolled back and run again without it.
 	poisoned *op
 	rows     []session.Session // rows read by an op
-	// purged are the gates whose purge marks the transaction raised: the
-	// cleaner is told of them once it commits (clean.go).
+	// purged are the gates whose purge marks the transaction raised, or
+	// that it left a pending promotion (promoted.go): the cleaner is told
+	// of them once it commits (clean.go).
 	purged []string
 }
 
@@ -319,7 +326,8 @@ func (s *Store) runBatch(ops []*op) {
 			s.stats.txs.Add(1)
 			s.idx.commit()
 			for _, g := range b.purged {
-				s.cleanWanted(g)
+				e := s.cache[g]
+				s.cleanWanted(g, e != nil && e.pend.active())
 			}
 			if fn := s.listener.Load(); fn != nil && (len(b.events) > 0 || len(gates) > 0) {
 				s.notify(*fn, session.Commit{Events: b.events, Gates: gates})
@@ -500,9 +508,14 @@ func (s *Store) noteWriteFailure(err error) {
 // code of the contract's comes back as an internal one.
 func (s *Store) apply(b *batch, o *op) error {
 	var err error
+	if !pendingSafe(o) {
+		err = s.materializeAll(b)
+	}
 	switch o.kind {
 	case opJoin, opLeave, opRelease, opPurge, opUpdate:
-		err = s.decidedWith(b, o)
+		if err == nil {
+			err = s.decidedWith(b, o)
+		}
 	}
 	if err == nil {
 		err = s.applyKind(b, o)
