@@ -335,10 +335,11 @@ func TestBulkSeedAndScaleScenarios(t *testing.T) {
 			assert.Positive(t, *res[1].Baseline)
 			// Its parts, each with the rows it changed (smoke: 1% of 3,000).
 			assert.Regexp(t, `\d+ ms for the 15 stale waiters \(scattered over the line\), \d+ ms for the 15 stale active sessions and \d+ ms to promote 15 waiters`, res[1].Note)
-			// The cleaner that deletes the purged sessions' rows after the
-			// update is waited for, and its figure reported.
+			// The cleaner that writes the promoted rows and deletes the
+			// purged sessions' rows after the update is waited for, and its
+			// figure reported.
 			assert.Contains(t, res[2].Metric, "rows deleted after the update")
-			assert.Contains(t, res[2].Note, "the 15 waiters and 15 idle active sessions the update purged")
+			assert.Contains(t, res[2].Note, "(15 promotions in all), then deletes the rows of the 15 waiters and 15 idle active sessions it purged")
 			// The joins after the update are timed too, against the same
 			// baseline as those during it: the cleaner and the checkpoint
 			// come after it.
