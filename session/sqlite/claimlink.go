@@ -26,7 +26,7 @@ func (s *Store) ClaimLink(ctx context.Context, gate, id string, deadline, now ti
 	}
 	now, deadline = normTime(now), normTime(deadline)
 	var out session.Session
-	err := s.eventOp(ctx, gate, func(b *batch, _ *gateEntry) error {
+	err := s.gateOp(ctx, gate, true, func(b *batch, _ *gateEntry) error { // the row by its id, as a touch: beside a pending promotion
 		existing, _, err := s.find(gate, id)
 		if err != nil {
 			return err

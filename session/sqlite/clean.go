@@ -408,7 +408,7 @@ func deleteInChunks(gates []string, deadline time.Time, del func(gate string) (i
 // edited or damaged on disk: the counters and the marks are written in the
 // same transaction, so after any crash the counters count exactly the rows
 // the marks leave live), refuses the file with ErrDamaged.
-func purgedToDelete(ctx context.Context, conn *sql.Conn, path string, o markOrder) ([]string, error) {
+func purgedToDelete(ctx context.Context, conn queryer, path string, o markOrder) ([]string, error) {
 	rows, err := conn.QueryContext(ctx, `SELECT name, `+
 		`typeof(purged_seen) = 'integer' AND typeof(purged_position) = 'integer' AND typeof(active_purged_seen) = 'integer' AND typeof(active_purged_position) = 'integer', `+
 		`waiting, active, purged_seen > ?1 OR active_purged_seen > ?1 FROM gates WHERE `+marksRaised, wallNow().Add(markHorizon).UnixNano())
@@ -510,6 +510,13 @@ func purgedDelete(ctx context.Context, conn *sql.Conn, gates []string, o markOrd
 			return err
 		})
 	return n, err
+}
+
+// queryer is a *sql.Conn or a *sql.Tx: purgedToDelete runs on either
+// (settlePromoted checks the marks inside its transaction).
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // markHorizon is how far ahead of the clock a purge mark may lie before

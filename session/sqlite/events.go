@@ -34,11 +34,18 @@ func eventRange(gate string) (lo, hi string) {
 // eventOp runs fn in a transaction of the writer, with the gate's entry
 // (its row created when missing) and its counters.
 func (s *Store) eventOp(ctx context.Context, gate string, fn func(b *batch, e *gateEntry) error) error {
+	return s.gateOp(ctx, gate, false, fn)
+}
+
+// gateOp is eventOp; with pendingSafe, fn runs beside a pending promotion
+// (promoted.go: it reaches sessions only by their ids, find).
+func (s *Store) gateOp(ctx context.Context, gate string, pendingSafe bool, fn func(b *batch, e *gateEntry) error) error {
 	if !session.ValidGateName(gate) {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: event: gate name %q", gate)
 	}
 	o := newOp(ctx, opFunc)
 	o.cfg.Name = gate
+	o.pendingSafe = pendingSafe
 	o.fn = func(b *batch) error {
 		e, err := s.gate(b, gate)
 		if err != nil {

@@ -29,10 +29,13 @@ import (
 //     range (gateEntry.searchFrom): no waiter is left in it.
 //
 // Every other operation materializes the pending promotions before it
-// runs (pendingSafe): an update's purge phases (no purge mark may rise
-// while a promotion is pending, or a pending row could fall under the
-// waiting mark), Load, a lottery's moves, settings, and the rest of the
-// writer's functions but the cleaner's. Open does it before it counts the
+// runs (pendingSafe): an update's purge phases those of its own gate (no
+// purge mark may rise while a promotion is pending, or a pending row could
+// fall under the waiting mark; an update raises only its gate's marks),
+// Load, a lottery's moves, settings, and the rest of the writer's
+// functions but the cleaner's, the admissions', the outbox's, the priority
+// codes' and a claim link's (by the row's id, as a touch). Open does it
+// before it counts the
 // rows, Close before its snapshot.
 
 // logicalPromotion, read by Open, turns logical promotion on; off, an
@@ -175,7 +178,7 @@ var (
 // op materializes them first (materializeAll).
 func pendingSafe(o *op) bool {
 	switch o.kind {
-	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory:
+	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory, opCodes:
 		return true
 	case opUpdate:
 		return o.updIn.phase == phasePromote
@@ -266,8 +269,11 @@ func nullInt(v sql.NullInt64) any {
 // stored and empties the ranges, in one transaction (Open, before anything
 // counts the rows; the caller waited for quick_check's verdict when
 // pending reports any). A range that is not one (not integers, reversed,
-// past the gate's next position) refuses the file with ErrDamaged: which
-// rows it made active is unknown. It returns how many rows it wrote.
+// past the gate's next position, a time more than markHorizon ahead), or
+// that the counters disagree with once written, and a damaged purge mark
+// (purgedToDelete, checked in the same transaction), refuse the file with
+// ErrDamaged, nothing written: which rows it made active is unknown. It
+// returns how many rows it wrote.
 func settlePromoted(ctx context.Context, conn *sql.Conn, path string, verdict func() error) (int64, error) {
 	type gatePending struct {
 		name                   string
@@ -277,8 +283,9 @@ func settlePromoted(ctx context.Context, conn *sql.Conn, path string, verdict fu
 		markSeen, markPosition int64
 	}
 	rows, err := conn.QueryContext(ctx, `SELECT name, typeof(promoted_from) = 'integer' AND typeof(promoted_to) = 'integer' AND typeof(promoted_at) = 'integer' `+
-		`AND typeof(promoted_claim) IN ('integer', 'null') AND typeof(promoted_notify_claim) IN ('integer', 'null') AND promoted_to <= next_position AND promoted_from >= 0, `+
-		`promoted_from, promoted_to, promoted_at, promoted_claim, promoted_notify_claim, purged_seen, purged_position FROM gates WHERE promoted_to IS NOT promoted_from`)
+		`AND typeof(promoted_claim) IN ('integer', 'null') AND typeof(promoted_notify_claim) IN ('integer', 'null') AND promoted_to <= next_position AND promoted_from >= 0 AND promoted_at <= ?1, `+
+		`promoted_from, promoted_to, promoted_at, promoted_claim, promoted_notify_claim, purged_seen, purged_position FROM gates WHERE promoted_to IS NOT promoted_from`,
+		wallNow().Add(markHorizon).UnixNano())
 	if err != nil {
 		if verr := verdict(); verr != nil {
 			return 0, verr // a damaged file: say so, whatever the query met
@@ -315,7 +322,7 @@ func settlePromoted(ctx context.Context, conn *sql.Conn, path string, verdict fu
 	}
 	for _, g := range gates {
 		if !g.ok || g.to < g.from {
-			return 0, damaged("database %s: the pending promotion of gate %q (promoted_from, promoted_to, promoted_at, promoted_claim, promoted_notify_claim in table gates) is not a range of positions with integer times, so which waiters it made active is unknown. %s",
+			return 0, damaged("database %s: the pending promotion of gate %q (promoted_from, promoted_to, promoted_at, promoted_claim, promoted_notify_claim in table gates) is not a range of positions with integer times (not more than a year ahead), so which waiters it made active is unknown. %s",
 				path, g.name, promotedAdvice())
 		}
 	}
@@ -337,6 +344,24 @@ func settlePromoted(ctx context.Context, conn *sql.Conn, path string, verdict fu
 	}
 	if _, err := tx.ExecContext(ctx, sqlClearPending); err != nil {
 		return 0, fmt.Errorf("pending promotions: %w", err)
+	}
+	// Nothing is written unless the marks the rows were written with are
+	// sound (as settlePurged checks them), and the counters, written in
+	// the same transaction as the ranges, count the rows as written: else
+	// the range or a mark is damaged, and the transaction is rolled back.
+	if _, err := purgedToDelete(ctx, tx, path, secondOrder); err != nil {
+		return 0, err
+	}
+	for _, g := range gates {
+		var waiting, active, waitRows, activeRows int64
+		if err := tx.QueryRowContext(ctx, `SELECT waiting, active, (SELECT count(*) FROM sessions WHERE gate = ?1 AND status = 0 AND `+liveStored+`), `+
+			`(SELECT count(*) FROM sessions WHERE gate = ?1 AND status = 1 AND `+liveStored+`) FROM gates WHERE name = ?1`, g.name).Scan(&waiting, &active, &waitRows, &activeRows); err != nil {
+			return 0, fmt.Errorf("pending promotions: %w", err)
+		}
+		if waiting != waitRows || active != activeRows {
+			return 0, damaged("database %s: with the pending promotion of gate %q written, its rows are %d active and %d waiting, but its counters, written with the promotion, count %d and %d: the range or the counters were edited or damaged. %s",
+				path, g.name, activeRows, waitRows, active, waiting, promotedAdvice())
+		}
 	}
 	return wrote, tx.Commit()
 }

@@ -508,7 +508,12 @@ func (s *Store) noteWriteFailure(err error) {
 // code of the contract's comes back as an internal one.
 func (s *Store) apply(b *batch, o *op) error {
 	var err error
-	if !pendingSafe(o) {
+	switch {
+	case pendingSafe(o):
+	case o.kind == opUpdate:
+		// Only the update's gate: its marks rise, no other gate's.
+		_, err = s.materialize(b, o.cfg.Name, -1)
+	default:
 		err = s.materializeAll(b)
 	}
 	switch o.kind {
