@@ -31,18 +31,7 @@ import (
 // calls stale at its now, while a pre-queue is open too.
 // ANTEROOM_MARKS_SEED and ANTEROOM_MARKS_STEPS run another seed, longer.
 func TestMarksHoldUnderRandomOps(t *testing.T) {
-	seeds, steps := []int64{1, 2, 3}, 300 // an even seed gives the gate a claim window; a multiple of 3 starts before 1970
-	if v := os.Getenv("ANTEROOM_MARKS_SEED"); v != "" {
-		seed, err := strconv.ParseInt(v, 10, 64)
-		require.NoError(t, err)
-		seeds = []int64{seed}
-	}
-	if v := os.Getenv("ANTEROOM_MARKS_STEPS"); v != "" {
-		var err error
-		steps, err = strconv.Atoi(v)
-		require.NoError(t, err)
-	}
-	defaults := len(seeds) == 3 && steps == 300
+	seeds, steps, defaults := randomRuns(t, "ANTEROOM_MARKS_SEED", "ANTEROOM_MARKS_STEPS", []int64{1, 2, 3}, 300) // an even seed gives the gate a claim window; a multiple of 3 starts before 1970
 	var all randomCoverage
 	ran := 0
 	for _, seed := range seeds {
@@ -63,6 +52,28 @@ func TestMarksHoldUnderRandomOps(t *testing.T) {
 	assert.Positive(t, all.underMark, "no step left purged rows under a mark")
 	assert.Positive(t, all.markAtCutoff, "no mark reached the cutoff's second")
 	assert.Positive(t, all.moved, "no lottery moved a session")
+}
+
+// randomRuns returns the seeds and the steps of a random test: seeds and
+// steps, or the seed and the steps the environment variables seedEnv and
+// stepsEnv name (to reproduce a failing seed, or to run one longer); and
+// whether they are the defaults, which alone must reach the test's
+// coverage.
+func randomRuns(t *testing.T, seedEnv, stepsEnv string, seeds []int64, steps int) ([]int64, int, bool) {
+	t.Helper()
+	defaults := true
+	if v := os.Getenv(seedEnv); v != "" {
+		seed, err := strconv.ParseInt(v, 10, 64)
+		require.NoError(t, err, seedEnv)
+		seeds, defaults = []int64{seed}, false
+	}
+	if v := os.Getenv(stepsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, stepsEnv)
+		defaults = defaults && n == steps
+		steps = n
+	}
+	return seeds, steps, defaults
 }
 
 // randomCoverage counts what a run of marksUnderRandomOps went through:

@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -41,18 +39,7 @@ import (
 // copies taken with one.
 // ANTEROOM_LOGICAL_SEED and ANTEROOM_LOGICAL_STEPS run another seed, longer.
 func TestLogicalPromotionMatchesRowPromotion(t *testing.T) {
-	seeds, steps := []int64{1, 2, 3}, 250 // an even seed gives the gate claim windows; a multiple of 3 paces it
-	if v := os.Getenv("ANTEROOM_LOGICAL_SEED"); v != "" {
-		seed, err := strconv.ParseInt(v, 10, 64)
-		require.NoError(t, err)
-		seeds = []int64{seed}
-	}
-	if v := os.Getenv("ANTEROOM_LOGICAL_STEPS"); v != "" {
-		var err error
-		steps, err = strconv.Atoi(v)
-		require.NoError(t, err)
-	}
-	defaults := len(seeds) == 3 && steps == 250
+	seeds, steps, defaults := randomRuns(t, "ANTEROOM_LOGICAL_SEED", "ANTEROOM_LOGICAL_STEPS", []int64{1, 2, 3}, 250) // an even seed gives the gate claim windows; a multiple of 3 paces it
 	var all lpCoverage
 	ran := 0
 	for _, seed := range seeds {

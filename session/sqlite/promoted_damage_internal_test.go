@@ -229,12 +229,7 @@ func TestAClaimLinkOnAPendingPromotionReadsAsWritten(t *testing.T) {
 		return s.ClaimLink(ctx, p.cfg.Name, "w0", p.now, p.now.Add(time.Second))
 	})
 	assert.True(t, p.pending(t))
-	p.release()
-	for _, s := range p.both() {
-		s.cleanWanted(p.cfg.Name, true)
-		s.cleanStart()
-		require.NoError(t, s.WaitClean(ctx))
-	}
+	p.cleanBoth(t)
 	assert.Equal(t, table(t, p.rows), table(t, p.logical))
 }
 

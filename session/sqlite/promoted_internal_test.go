@@ -79,6 +79,18 @@ func newPendingPair(t *testing.T, claim time.Duration) *pendingPair {
 
 func (p *pendingPair) both() []*Store { return []*Store{p.logical, p.rows} }
 
+// cleanBoth lets the cleaners go and waits until both wrote their pending
+// promotions and deleted their purged rows.
+func (p *pendingPair) cleanBoth(t *testing.T) {
+	t.Helper()
+	p.release()
+	for _, s := range p.both() {
+		s.cleanWanted(p.cfg.Name, true)
+		s.cleanStart()
+		require.NoError(t, s.WaitClean(context.Background()))
+	}
+}
+
 // pending reports whether the logical store has a promotion pending as
 // stored.
 func (p *pendingPair) pending(t *testing.T) bool {
@@ -144,9 +156,24 @@ func deref(p *int64) any {
 	return *p
 }
 
+// later is a second after the pair's update.
+func later(p *pendingPair) time.Time { return p.now.Add(time.Second) }
+
+// claimByTouch is a touch of id a second after the update that claims its
+// slot (the claim deadline Get reads).
+func claimByTouch(id string) func(p *pendingPair, s *Store) (any, error) {
+	return func(p *pendingPair, s *Store) (any, error) {
+		ctx := context.Background()
+		cur, err := s.Get(ctx, p.cfg.Name, id)
+		if err != nil {
+			return nil, err
+		}
+		return nil, s.Touch(ctx, p.cfg.Name, []session.Touch{{ID: id, LastActive: later(p), ClaimDeadline: cur.ClaimDeadline}})
+	}
+}
+
 func TestAPendingPromotionReadsAsWritten(t *testing.T) {
 	ctx := context.Background()
-	later := func(p *pendingPair) time.Time { return p.now.Add(time.Second) }
 	cases := []struct {
 		name string
 		op   func(p *pendingPair, s *Store) (any, error)
@@ -154,20 +181,8 @@ func TestAPendingPromotionReadsAsWritten(t *testing.T) {
 		still bool
 	}{
 		{"get", func(p *pendingPair, s *Store) (any, error) { return s.Get(ctx, p.cfg.Name, "w0") }, true},
-		{"touch claims the slot", func(p *pendingPair, s *Store) (any, error) {
-			cur, err := s.Get(ctx, p.cfg.Name, "w0")
-			if err != nil {
-				return nil, err
-			}
-			return nil, s.Touch(ctx, p.cfg.Name, []session.Touch{{ID: "w0", LastActive: later(p), ClaimDeadline: cur.ClaimDeadline}})
-		}, true},
-		{"touch of the called-back one", func(p *pendingPair, s *Store) (any, error) {
-			cur, err := s.Get(ctx, p.cfg.Name, "w1")
-			if err != nil {
-				return nil, err
-			}
-			return nil, s.Touch(ctx, p.cfg.Name, []session.Touch{{ID: "w1", LastActive: later(p), ClaimDeadline: cur.ClaimDeadline}})
-		}, true},
+		{"touch claims the slot", claimByTouch("w0"), true},
+		{"touch of the called-back one", claimByTouch("w1"), true},
 		{"leave", func(p *pendingPair, s *Store) (any, error) { return s.Leave(ctx, p.cfg, "w0", later(p)) }, true},
 		{"release promotes the next by its row", func(p *pendingPair, s *Store) (any, error) { return s.Release(ctx, p.cfg, "w1", later(p)) }, true},
 		{"rejoin", func(p *pendingPair, s *Store) (any, error) { return s.Join(ctx, p.cfg, "w0", later(p)) }, true},
@@ -199,12 +214,7 @@ func TestAPendingPromotionReadsAsWritten(t *testing.T) {
 				p.ids = append(p.ids, "n0")
 				p.sameSessions(t, c.name)
 				// Written by the cleaner, the tables are the same.
-				p.release()
-				for _, s := range p.both() {
-					s.cleanWanted(p.cfg.Name, true)
-					s.cleanStart()
-					require.NoError(t, s.WaitClean(ctx))
-				}
+				p.cleanBoth(t)
 				assert.False(t, p.pending(t), "the cleaner left the promotion pending")
 				assert.Equal(t, table(t, p.rows), table(t, p.logical))
 			})
@@ -287,11 +297,6 @@ func TestAPendingPromotionSurvivesAFailedTransaction(t *testing.T) {
 	require.True(t, p.pending(t))
 	p.same(t, "release", func(s *Store) (any, error) { return s.Release(ctx, p.cfg, "w0", p.now.Add(time.Second)) })
 	p.same(t, "join", func(s *Store) (any, error) { return s.Join(ctx, p.cfg, "n0", p.now.Add(time.Second)) })
-	p.release()
-	for _, s := range p.both() {
-		s.cleanWanted(p.cfg.Name, true)
-		s.cleanStart()
-		require.NoError(t, s.WaitClean(ctx))
-	}
+	p.cleanBoth(t)
 	assert.Equal(t, table(t, p.rows), table(t, p.logical))
 }
