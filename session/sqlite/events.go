@@ -111,7 +111,7 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 		return session.ScheduledEvent{}, err
 	}
 	var saved session.ScheduledEvent
-	err := s.eventOp(ctx, ev.Gate, func(_ *batch, e *gateEntry) error {
+	err := s.gateOp(ctx, ev.Gate, true, func(_ *batch, e *gateEntry) error { // the event's rows alone: beside a pending promotion
 		stored, damage, err := s.storedEvent(ev.Gate, ev.ID)
 		if err != nil {
 			return err
@@ -142,7 +142,7 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 	if !session.ValidGateName(id) {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: delete event: id %q", id)
 	}
-	return s.eventOp(ctx, gate, func(_ *batch, e *gateEntry) error {
+	return s.gateOp(ctx, gate, true, func(_ *batch, e *gateEntry) error { // the event's rows alone: beside a pending promotion
 		stored, damage, err := s.storedEvent(gate, id)
 		if err != nil {
 			return err

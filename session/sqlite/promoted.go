@@ -28,15 +28,16 @@ import (
 //   - the search for the first waiter and the line's bounds start past the
 //     range (gateEntry.searchFrom): no waiter is left in it.
 //
-// Every other operation materializes the pending promotions before it
-// runs (pendingSafe): an update's purge phases those of its own gate (no
-// purge mark may rise while a promotion is pending, or a pending row could
-// fall under the waiting mark; an update raises only its gate's marks),
-// Load, a lottery's moves, settings, and the rest of the writer's
-// functions but the cleaner's, the admissions', the outbox's, the priority
-// codes' and a claim link's (by the row's id, as a touch). Open does it
-// before it counts the
-// rows, Close before its snapshot.
+// Three operations materialize the pending promotions before they run
+// (pendingSafe): an update's purge phases, its own gate's (no purge mark
+// may rise while a promotion is pending, or a pending row could fall under
+// the waiting mark; an update raises only its gate's marks), Load (it
+// reads the active set by status) and a scheduled event's advance (a
+// lottery moves rows). The others run beside it: those that reach a row
+// by its id, and those that write no session row (settings, the events'
+// and codes' rows, a gate's removal, the admissions, the outbox, the
+// history's prune, the cleaner's deletions). Open materializes before it
+// counts the rows, Close before its snapshot.
 
 // logicalPromotion, read by Open, turns logical promotion on; off, an
 // update writes each promoted row as other promotions do. A variable for
@@ -178,7 +179,7 @@ var (
 // op materializes them first (materializeAll).
 func pendingSafe(o *op) bool {
 	switch o.kind {
-	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory, opCodes:
+	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory, opCodes, opSettings:
 		return true
 	case opUpdate:
 		return o.updIn.phase == phasePromote

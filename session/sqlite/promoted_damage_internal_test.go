@@ -274,3 +274,56 @@ func TestTheMarksAdviceWithAPendingRange(t *testing.T) {
 	require.ErrorIs(t, err, ErrDamaged)
 	assert.Contains(t, err.Error(), "pending promotion")
 }
+
+// The ops that write no session row run beside a pending promotion: an
+// admin's change of settings, of an event, of a code, or a gate's removal
+// right after an update does not write its promotions in one transaction
+// the joins wait for. A scheduled event's advance and Load do (they read
+// rows by status), and so does gate b's update for nobody but gate b.
+func TestOpsThatWriteNoSessionRowLeaveAPendingPromotionAlone(t *testing.T) {
+	const n = 500
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		op    func(s *Store, a, b session.GateConfig, now time.Time) error
+		keeps bool
+	}{
+		{"settings", func(s *Store, a, _ session.GateConfig, _ time.Time) error {
+			return s.SaveGateSettings(ctx, a.Name, &a)
+		}, true},
+		{"an event saved and deleted", func(s *Store, a, _ session.GateConfig, now time.Time) error {
+			ev := session.ScheduledEvent{Gate: a.Name, ID: "later", PrequeueAt: now.Add(time.Hour), StartsAt: now.Add(2 * time.Hour), Seed: make([]byte, session.LotterySeedSize)}
+			if _, err := s.SaveEvent(ctx, ev); err != nil {
+				return err
+			}
+			return s.DeleteEvent(ctx, a.Name, ev.ID)
+		}, true},
+		{"a code", func(s *Store, a, _ session.GateConfig, now time.Time) error {
+			code, err := session.NewPriorityCode(a.Name, "code-0123456789", "c", 3, now.Add(time.Hour), now)
+			if err != nil {
+				return err
+			}
+			return s.CreateCode(ctx, code)
+		}, true},
+		{"another gate removed", func(s *Store, _, _ session.GateConfig, now time.Time) error {
+			return s.RemoveGate(ctx, session.GateConfig{Name: "c", ActiveLimit: 1, ActiveTimeout: time.Hour, WaitingTimeout: time.Hour}, now)
+		}, true},
+		{"load", func(s *Store, a, _ session.GateConfig, _ time.Time) error {
+			_, err := s.Load(ctx, []string{a.Name})
+			return err
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, a, b, now := bigPending(t, n)
+			require.NoError(t, c.op(s, a, b, now))
+			if c.keeps {
+				assert.Equal(t, 1, writtenActive(t, s, "a"), "it wrote the pending rows")
+			} else {
+				assert.Equal(t, n+1, writtenActive(t, s, "a"), "it left the pending rows")
+			}
+			got, err := s.Get(ctx, a.Name, "a1")
+			require.NoError(t, err)
+			assert.Equal(t, session.StatusActive, got.Status)
+		})
+	}
+}
