@@ -32,8 +32,8 @@ import (
 // (pendingSafe): an update's purge phases, its own gate's (no purge mark
 // may rise while a promotion is pending, or a pending row could fall under
 // the waiting mark; an update raises only its gate's marks), Load (it
-// reads the active set by status) and a scheduled event's advance (a
-// lottery moves rows). The others run beside it: those that reach a row
+// reads the active set by status) and a scheduled event's advance, its
+// own gate's (a lottery moves rows). The others run beside it: those that reach a row
 // by its id, and those that write no session row (settings, the events'
 // and codes' rows, a gate's removal, the admissions, the outbox, the
 // history's prune, the cleaner's deletions). Open materializes before it

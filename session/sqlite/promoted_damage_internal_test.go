@@ -278,8 +278,9 @@ func TestTheMarksAdviceWithAPendingRange(t *testing.T) {
 // The ops that write no session row run beside a pending promotion: an
 // admin's change of settings, of an event, of a code, or a gate's removal
 // right after an update does not write its promotions in one transaction
-// the joins wait for. A scheduled event's advance and Load do (they read
-// rows by status), and so does gate b's update for nobody but gate b.
+// the joins wait for, nor does another gate's event advance (an advance
+// writes its own gate's first: a lottery moves rows). Load does (it reads
+// the active set by status).
 func TestOpsThatWriteNoSessionRowLeaveAPendingPromotionAlone(t *testing.T) {
 	const n = 500
 	ctx := context.Background()
@@ -307,6 +308,17 @@ func TestOpsThatWriteNoSessionRowLeaveAPendingPromotionAlone(t *testing.T) {
 		}, true},
 		{"another gate removed", func(s *Store, _, _ session.GateConfig, now time.Time) error {
 			return s.RemoveGate(ctx, session.GateConfig{Name: "c", ActiveLimit: 1, ActiveTimeout: time.Hour, WaitingTimeout: time.Hour}, now)
+		}, true},
+		{"another gate's event advanced", func(s *Store, _, b session.GateConfig, now time.Time) error {
+			ev := session.ScheduledEvent{Gate: b.Name, ID: "now", PrequeueAt: now, StartsAt: now.Add(time.Hour), Seed: make([]byte, session.LotterySeedSize)}
+			if _, err := s.SaveEvent(ctx, ev); err != nil {
+				return err
+			}
+			got, changed, err := s.AdvanceEvent(ctx, b.Name, ev.ID, now)
+			if err == nil && (!changed || got.Phase != session.EventPrequeue) {
+				err = fmt.Errorf("advance: %+v, changed %v", got, changed)
+			}
+			return err
 		}, true},
 		{"load", func(s *Store, a, _ session.GateConfig, _ time.Time) error {
 			_, err := s.Load(ctx, []string{a.Name})

@@ -510,8 +510,9 @@ func (s *Store) apply(b *batch, o *op) error {
 	var err error
 	switch {
 	case pendingSafe(o):
-	case o.kind == opUpdate:
-		// Only the update's gate: its marks rise, no other gate's.
+	case o.kind == opUpdate, o.kind == opFunc && o.cfg.Name != "":
+		// Only the op's gate: an update raises its gate's marks, no other
+		// gate's, and an event's advance moves its gate's rows.
 		_, err = s.materialize(b, o.cfg.Name, -1)
 	default:
 		err = s.materializeAll(b)
