@@ -474,7 +474,7 @@ func (s *Store) applyLoad(b *batch, o *op) error {
 		if err != nil {
 			return err
 		}
-		active, waiting, err := s.loadRows(name, e.mark, e.activeMark, st)
+		active, waiting, err := s.loadRows(name, e.mark, e.activeMark, e.pend, st)
 		if err != nil {
 			return err
 		}

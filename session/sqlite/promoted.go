@@ -28,12 +28,12 @@ import (
 //   - the search for the first waiter and the line's bounds start past the
 //     range (gateEntry.searchFrom): no waiter is left in it.
 //
-// Three operations materialize the pending promotions before they run
-// (pendingSafe): an update's purge phases, its own gate's (no purge mark
-// may rise while a promotion is pending, or a pending row could fall under
-// the waiting mark; an update raises only its gate's marks), Load (it
-// reads the active set by status) and a scheduled event's advance, its
-// own gate's (a lottery moves rows). The others run beside it: those that reach a row
+// Two operations materialize their gate's pending promotion before they
+// run (pendingSafe): an update's purge phases (no purge mark may rise
+// while a promotion is pending, or a pending row could fall under the
+// waiting mark; an update raises only its gate's marks) and a scheduled
+// event's advance (a lottery moves rows). Load adds the range's live rows
+// to the active set it reads (loadRows). The others run beside it: those that reach a row
 // by its id, and those that write no session row (settings, the events'
 // and codes' rows, a gate's removal, the admissions, the outbox, the
 // history's prune, the cleaner's deletions). Open materializes before it
@@ -179,7 +179,7 @@ var (
 // op materializes them first (materializeAll).
 func pendingSafe(o *op) bool {
 	switch o.kind {
-	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory, opCodes, opSettings:
+	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory, opCodes, opSettings, opLoad:
 		return true
 	case opUpdate:
 		return o.updIn.phase == phasePromote

@@ -202,7 +202,7 @@ func TestAPendingPromotionReadsAsWritten(t *testing.T) {
 		{"load", func(p *pendingPair, s *Store) (any, error) {
 			snaps, err := s.Load(ctx, []string{p.cfg.Name})
 			return snaps[p.cfg.Name], err
-		}, false},
+		}, true},
 	}
 	for _, claim := range []time.Duration{0, 30 * time.Second} {
 		for _, c := range cases {

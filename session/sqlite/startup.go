@@ -1,13 +1,16 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"github.com/anteroomhq/anteroom/session"
 	"io"
+	"slices"
+
+	"github.com/anteroomhq/anteroom/session"
 )
 
 // Start-up reads the sessions table once (issue 14). One pass over each
@@ -190,8 +193,9 @@ func quickCheckAsync(ctx context.Context, dsn, path string) <-chan error {
 // lane's above it: sqlActive; those the active mark am leaves live) and
 // its waiting positions (those the purge mark m leaves live), which Open's
 // scan found when nothing changed the gate's rows since (once: Load's
-// caller keeps them).
-func (s *Store) loadRows(gate string, m, am purgeMark, st session.GateState) ([]session.Session, []int64, error) {
+// caller keeps them). The rows of the gate's pending promotion p
+// (promoted.go) are active sessions, not waiters.
+func (s *Store) loadRows(gate string, m, am purgeMark, p pendingPromotion, st session.GateState) ([]session.Session, []int64, error) {
 	rows, err := s.wc.query(s.wc.active, gate, st.FirstWaitingPosition, am.seen, am.pos)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read active sessions: %w", err)
@@ -199,6 +203,11 @@ func (s *Store) loadRows(gate string, m, am purgeMark, st session.GateState) ([]
 	active, err := s.wc.sessions(rows, gate, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read active sessions: %w", err)
+	}
+	if p.active() {
+		if active, err = s.withPending(gate, m, p, active); err != nil {
+			return nil, nil, err
+		}
 	}
 	if sc := s.startScan[gate]; sc != nil && int64(len(sc.waitingPos)) == st.Waiting {
 		delete(s.startScan, gate)
@@ -209,5 +218,30 @@ func (s *Store) loadRows(gate string, m, am purgeMark, st session.GateState) ([]
 	if err != nil {
 		return nil, nil, err
 	}
+	if p.active() {
+		waiting = slices.DeleteFunc(waiting, func(pos int64) bool { return pos >= p.from && pos < p.to })
+	}
 	return active, waiting, nil
+}
+
+// withPending adds to active (in position order) the live waiting rows of
+// gate's pending promotion p, as it made them, with the waiting mark m.
+func (s *Store) withPending(gate string, m purgeMark, p pendingPromotion, active []session.Session) ([]session.Session, error) {
+	rows, err := s.wc.query(s.wc.firstWaiters, gate, p.from, p.to-p.from, m.seen, m.pos)
+	if err != nil {
+		return nil, fmt.Errorf("read pending promotions: %w", err)
+	}
+	pending, err := s.wc.sessions(rows, gate, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read pending promotions: %w", err)
+	}
+	for _, r := range pending {
+		if r.Position >= p.to {
+			break
+		}
+		p.apply(&r)
+		active = append(active, r)
+	}
+	slices.SortFunc(active, func(a, b session.Session) int { return cmp.Compare(a.Position, b.Position) })
+	return active, nil
 }
