@@ -387,7 +387,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 	now = normTime(now)
 	var out session.ScheduledEvent
 	var changed bool
-	err := s.eventOp(ctx, gate, func(b *batch, e *gateEntry) error {
+	err := s.gateOp(ctx, gate, true, func(b *batch, e *gateEntry) error { // only a draw moves rows: it writes the gate's pending promotion first
 		stored, damage, err := s.storedEvent(gate, id)
 		if err != nil {
 			return err
@@ -400,6 +400,9 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 		}
 		next, ch, startDue := session.DecidePrequeue(*stored, e.c, now)
 		if startDue {
+			if _, err := s.materialize(b, gate, -1); err != nil {
+				return err
+			}
 			rows, err := s.wc.query(s.wc.firstWaiters, gate, next.FirstPosition, int64(math.MaxInt64), e.mark.seen, e.mark.pos)
 			if err != nil {
 				return fmt.Errorf("read the pre-queue: %w", err)

@@ -28,16 +28,17 @@ import (
 //   - the search for the first waiter and the line's bounds start past the
 //     range (gateEntry.searchFrom): no waiter is left in it.
 //
-// Two operations materialize their gate's pending promotion before they
-// run (pendingSafe): an update's purge phases (no purge mark may rise
-// while a promotion is pending, or a pending row could fall under the
-// waiting mark; an update raises only its gate's marks) and a scheduled
-// event's advance (a lottery moves rows). Load adds the range's live rows
-// to the active set it reads (loadRows). The others run beside it: those that reach a row
-// by its id, and those that write no session row (settings, the events'
-// and codes' rows, a gate's removal, the admissions, the outbox, the
-// history's prune, the cleaner's deletions). Open materializes before it
-// counts the rows, Close before its snapshot.
+// Two operations materialize their gate's pending promotion first: an
+// update's purge phases (no purge mark may rise while a promotion is
+// pending, or a pending row could fall under the waiting mark; an update
+// raises only its gate's marks: apply, pendingSafe), and a scheduled
+// event's draw (a lottery moves rows: AdvanceEvent). Load adds the
+// range's live rows to the active set it reads (loadRows). The others run
+// beside it: those that reach a row by its id, and those that write no
+// session row (settings, the events' and codes' rows, a gate's removal,
+// the admissions, the outbox, the history's prune, the cleaner's
+// deletions). Open materializes before it counts the rows, Close before
+// its snapshot.
 
 // logicalPromotion, read by Open, turns logical promotion on; off, an
 // update writes each promoted row as other promotions do. A variable for
@@ -175,8 +176,10 @@ var (
 		`created_at, CASE WHEN ` + pendingRow + ` THEN ` + pendingClaim + ` ELSE claim_deadline END`
 )
 
-// pendingSafe reports whether o runs with promotions pending; any other
-// op materializes them first (materializeAll).
+// pendingSafe reports whether o runs with promotions pending. An update
+// in its purge phases, or an opFunc of one gate (eventOp), materializes
+// its gate's first; any other op, all of them (materializeAll: no op
+// today, the default for a new kind).
 func pendingSafe(o *op) bool {
 	switch o.kind {
 	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory, opCodes, opSettings, opLoad:

@@ -209,7 +209,7 @@ func (s *Store) loadRows(gate string, m, am purgeMark, p pendingPromotion, st se
 			return nil, nil, err
 		}
 	}
-	if sc := s.startScan[gate]; sc != nil && int64(len(sc.waitingPos)) == st.Waiting {
+	if sc := s.startScan[gate]; sc != nil && int64(len(sc.waitingPos)) == st.Waiting && !p.active() {
 		delete(s.startScan, gate)
 		return active, sc.waitingPos, nil
 	}
