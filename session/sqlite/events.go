@@ -37,8 +37,9 @@ func (s *Store) eventOp(ctx context.Context, gate string, fn func(b *batch, e *g
 	return s.gateOp(ctx, gate, false, fn)
 }
 
-// gateOp is eventOp; with pendingSafe, fn runs beside a pending promotion
-// (promoted.go: it reaches sessions only by their ids, find).
+// gateOp is eventOp; with pendingSafe, fn runs beside the gates' pending
+// promotions (promoted.go): it reaches a session only by its id (find),
+// writes no session row, or writes its gate's pending promotion first.
 func (s *Store) gateOp(ctx context.Context, gate string, pendingSafe bool, fn func(b *batch, e *gateEntry) error) error {
 	if !session.ValidGateName(gate) {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: event: gate name %q", gate)

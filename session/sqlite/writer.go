@@ -80,7 +80,8 @@ type op struct {
 	setting *session.GateConfig  // opSettings: what to save; nil deletes
 	fn      func(b *batch) error // opFunc
 	// pendingSafe is set for an opFunc that runs with promotions pending
-	// (the cleaner's); any other materializes them first (promoted.go).
+	// (the cleaner's, the admissions', the outbox's, gateOp's callers but
+	// eventOp's); see promoted.go's pendingSafe for the rest.
 	pendingSafe bool
 	code        string     // opJoin: the priority code given, "" none
 	codes       *codeOp    // opCodes: the request and its answer; opJoin: the code's answer
