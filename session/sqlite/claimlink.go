@@ -26,8 +26,8 @@ func (s *Store) ClaimLink(ctx context.Context, gate, id string, deadline, now ti
 	}
 	now, deadline = normTime(now), normTime(deadline)
 	var out session.Session
-	err := s.gateOp(ctx, gate, true, func(b *batch, _ *gateEntry) error { // the row by its id, as a touch: beside a pending promotion
-		existing, _, err := s.find(gate, id)
+	err := s.gateOp(ctx, gate, true, func(b *batch, e *gateEntry) error { // the row by its id, as a touch: beside a pending promotion
+		existing, _, err := s.find(e, id)
 		if err != nil {
 			return err
 		}
@@ -38,7 +38,7 @@ func (s *Store) ClaimLink(ctx context.Context, gate, id string, deadline, now ti
 		if err := s.applyTouch(b, t); err != nil {
 			return err
 		}
-		row, _, err := s.find(gate, id)
+		row, _, err := s.find(e, id)
 		if err != nil {
 			return err
 		}

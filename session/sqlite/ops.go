@@ -128,11 +128,11 @@ func (s *Store) state(e *gateEntry) (session.GateState, error) {
 	return st, nil
 }
 
-// find reads the session (gate, id) inside the transaction: its row, or
-// nil when it does not exist, and the index slot an insert of it takes.
-// A row of a pending promotion comes back promoted (promoted.go): the
-// caller read the gate's entry first.
-func (s *Store) find(gate, id string) (*session.Session, slot, error) {
+// find reads the session (e's gate, id) inside the transaction: its row,
+// or nil when it does not exist, and the index slot an insert of it takes.
+// A row of e's pending promotion comes back promoted (promoted.go).
+func (s *Store) find(e *gateEntry, id string) (*session.Session, slot, error) {
+	gate := e.name
 	pos, sl, ok := s.idx.lookup(gate, id)
 	if !ok {
 		return nil, sl, nil
@@ -145,9 +145,7 @@ func (s *Store) find(gate, id string) (*session.Session, slot, error) {
 	if found {
 		r := rawRow{id: id, position: pos, status: asInt(dest[0]), lastActive: asNullInt(dest[1]), createdAt: asInt(dest[2]), claim: asNullInt(dest[3]), notify: asInt(dest[4]) != 0, lane: asInt(dest[5])}
 		sess := r.session(gate)
-		if e := s.cache[gate]; e != nil {
-			e.pend.apply(&sess) // a row reached by its id is live
-		}
+		e.pend.apply(&sess) // a row reached by its id is live
 		return &sess, sl, nil
 	}
 	// The hash's entry names another row: that of another key with the
@@ -245,7 +243,7 @@ func (s *Store) applyJoin(b *batch, o *op) error {
 		return err
 	}
 	// A new session (most joins) is not in the index: no read, one insert.
-	existing, sl, err := s.find(e.name, o.id)
+	existing, sl, err := s.find(e, o.id)
 	if err != nil {
 		return err
 	}
@@ -283,7 +281,7 @@ func (s *Store) existing(b *batch, o *op) (*gateEntry, *session.Session, slot, e
 	if err != nil {
 		return nil, nil, slot{}, err
 	}
-	row, sl, err := s.find(e.name, o.id)
+	row, sl, err := s.find(e, o.id)
 	if err != nil {
 		return nil, nil, sl, err
 	}
@@ -393,7 +391,7 @@ func (s *Store) applyTouch(b *batch, o *op) error {
 		if t.LastActive.IsZero() && t.ClaimDeadline.IsZero() {
 			continue
 		}
-		existing, sl, err := s.find(e.name, t.ID)
+		existing, sl, err := s.find(e, t.ID)
 		if err != nil {
 			return err
 		}
@@ -422,7 +420,7 @@ func (s *Store) applyPurge(b *batch, o *op) error {
 	now := normTime(o.now)
 	var step updateStep
 	for _, id := range o.ids {
-		row, sl, err := s.find(e.name, id)
+		row, sl, err := s.find(e, id)
 		if err != nil {
 			return err
 		}
