@@ -81,9 +81,6 @@ func (s *Store) finish(b *batch) (map[string]session.GateState, error) {
 			e.save = false
 			tokens, at := paceRow(e.pace)
 			p := e.pend
-			if !p.active() {
-				p = pendingPromotion{}
-			}
 			if _, err := s.wc.exec(s.wc.updateGate, e.c.NextPosition, e.c.Active, e.c.Waiting, tokens, at, e.mark.seen, e.mark.pos, e.activeMark.seen, e.activeMark.pos,
 				p.from, p.to, p.at, nullInt(p.claim), nullInt(p.notifyClaim), e.name); err != nil {
 				return nil, fmt.Errorf("save gate %q: %w", e.name, err)

@@ -59,7 +59,8 @@ type pendingPromotion struct {
 	claim, notifyClaim sql.NullInt64
 }
 
-// active reports whether a promotion is pending.
+// active reports whether a promotion is pending. One that is not is the
+// zero value (materialize empties it so), which the gate's row stores.
 func (p pendingPromotion) active() bool { return p.to > p.from }
 
 // covers reports whether the promotion makes the live row r active.
@@ -251,7 +252,11 @@ func (s *Store) materialize(b *batch, gate string, n int64) (bool, error) {
 		return false, nil
 	}
 	e.pend.from = last + 1
-	return e.pend.active(), nil
+	if !e.pend.active() {
+		e.pend = pendingPromotion{}
+		return false, nil
+	}
+	return true, nil
 }
 
 // sameRow reports whether a and b would be stored as the same row.
@@ -337,14 +342,16 @@ func settlePromoted(ctx context.Context, conn *sql.Conn, path string, verdict fu
 	defer tx.Rollback()
 	var wrote int64
 	for _, g := range gates {
-		res, err := tx.ExecContext(ctx, `UPDATE sessions SET status = 1, last_active = ?4, claim_deadline = CASE WHEN notify = 1 THEN ?6 ELSE ?5 END `+
-			`WHERE gate = ?1 AND position >= ?2 AND position < ?3 AND status = 0 AND `+liveIf(atOrAbove(`?7`, `?8`)),
-			g.name, g.from, g.to, g.at, nullInt(g.claim), nullInt(g.notifyClaim), g.markSeen, g.markPosition)
+		rows, err := tx.QueryContext(ctx, sqlMaterialize, g.name, g.from, g.to, g.at, nullInt(g.claim), nullInt(g.notifyClaim), g.markSeen, g.markPosition, int64(-1))
 		if err != nil {
 			return 0, fmt.Errorf("write the pending promotion of gate %q: %w", g.name, err)
 		}
-		n, _ := res.RowsAffected()
-		wrote += n
+		for rows.Next() {
+			wrote++
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return 0, fmt.Errorf("write the pending promotion of gate %q: %w", g.name, err)
+		}
 	}
 	if _, err := tx.ExecContext(ctx, sqlClearPending); err != nil {
 		return 0, fmt.Errorf("pending promotions: %w", err)
@@ -370,13 +377,17 @@ func settlePromoted(ctx context.Context, conn *sql.Conn, path string, verdict fu
 	return wrote, tx.Commit()
 }
 
-// sqlClearPending empties every gate's pending promotion.
-const sqlClearPending = `UPDATE gates SET promoted_from = 0, promoted_to = 0, promoted_at = 0, promoted_claim = NULL, promoted_notify_claim = NULL WHERE promoted_to IS NOT promoted_from OR promoted_at IS NOT 0`
+// setNoPending empties a gate's pending promotion (an assignment of table
+// gates); sqlClearPending, every gate's.
+const (
+	setNoPending    = `promoted_from = 0, promoted_to = 0, promoted_at = 0, promoted_claim = NULL, promoted_notify_claim = NULL`
+	sqlClearPending = `UPDATE gates SET ` + setNoPending + ` WHERE promoted_to IS NOT promoted_from OR promoted_at IS NOT 0`
+)
 
 // promotedAdvice says how to go on from a damaged pending promotion.
 func promotedAdvice() string {
 	return "Restore it from a backup; to keep every row as it is (the waiters it promoted wait again, and the counters are repaired at the next start), empty it: " +
-		"UPDATE gates SET promoted_from = 0, promoted_to = 0, promoted_at = 0, promoted_claim = NULL, promoted_notify_claim = NULL"
+		"UPDATE gates SET " + setNoPending
 }
 
 // anyInt is v as an int64, 0 when it is not one.
@@ -386,50 +397,24 @@ func anyInt(v any) int64 {
 }
 
 // materializeRest writes, once the writer stopped (Close), the rows of
-// every pending promotion as stored, and empties the ranges, in one
-// transaction: the snapshot that follows counts the rows by status.
+// every pending promotion and empties the ranges, in one transaction made
+// of the writer's own steps (materializeAll, finish): the snapshot that
+// follows counts the rows by status.
 func (s *Store) materializeRest() error {
-	rows, err := s.wc.query(s.wc.pendingGates)
-	if err != nil {
-		return err
-	}
-	var names []string
-	var one [1]driver.Value
-	if err := eachRow(rows, one[:], func() { names = append(names, asString(one[0])) }); err != nil {
-		return err
-	}
-	if len(names) == 0 {
-		return nil
-	}
 	if _, err := s.wc.exec(s.wc.begin); err != nil {
 		return err
 	}
-	err = func() error {
-		var dest [14]driver.Value
-		for _, name := range names {
-			if _, err := s.wc.queryRow(s.wc.selectGate, dest[:], name); err != nil {
-				return err
-			}
-			rows, err := s.wc.query(s.wc.materialize, name, asInt(dest[9]), asInt(dest[10]), asInt(dest[11]), dest[12], dest[13], asInt(dest[5]), asInt(dest[6]), int64(-1))
-			if err != nil {
-				return err
-			}
-			if err := eachRow(rows, one[:], func() {}); err != nil {
-				return err
-			}
-		}
-		clear, err := prepareOn(s.wc.c, sqlClearPending)
-		if err != nil {
-			return err
-		}
-		defer clear.st.Close()
-		_, err = s.wc.exec(clear)
-		return err
-	}()
-	if err != nil {
-		_, _ = s.wc.exec(s.wc.rollback)
-		return err
+	b := &batch{}
+	err := s.materializeAll(b)
+	if err == nil {
+		_, err = s.finish(b)
 	}
-	_, err = s.wc.exec(s.wc.commit)
+	if err == nil {
+		if _, err = s.wc.exec(s.wc.commit); err == nil {
+			return nil
+		}
+	}
+	_, _ = s.wc.exec(s.wc.rollback)
+	clear(s.cache)
 	return err
 }

@@ -235,6 +235,13 @@ func TestOpenWritesAPendingPromotion(t *testing.T) {
 				path = copyFiles(t, p.paths[0], t.TempDir(), "", "-wal")
 			} else {
 				require.NoError(t, p.logical.Close())
+				// Close wrote the rows itself, before its snapshot.
+				db, err := sqlOpen(path)
+				require.NoError(t, err)
+				var n int
+				require.NoError(t, db.QueryRow(`SELECT count(*) FROM gates WHERE promoted_to > promoted_from`).Scan(&n))
+				require.NoError(t, db.Close())
+				assert.Zero(t, n, "still pending after Close")
 			}
 			s := openWithLogical(t, path, true)
 			defer s.Close()
