@@ -25,20 +25,8 @@ func pendingOverPurged(t *testing.T) (s *Store, cfg session.GateConfig, crash st
 	holdCleaner(t, s)
 	ctx := context.Background()
 	cfg = session.GateConfig{Name: "default", ActiveLimit: 2, ActiveTimeout: time.Minute, WaitingTimeout: 10 * time.Minute}
-	for _, id := range []string{"a0", "a1"} {
-		_, err := s.Join(ctx, cfg, id, epoch)
-		require.NoError(t, err)
-	}
-	for i := range 10 {
-		_, err := s.Join(ctx, cfg, fmt.Sprintf("w%d", i), epoch)
-		require.NoError(t, err)
-	}
 	now := epoch.Add(cfg.WaitingTimeout + 2*time.Second)
-	var touches []session.Touch
-	for _, i := range []int{0, 5, 6, 7, 8, 9} {
-		touches = append(touches, session.Touch{ID: fmt.Sprintf("w%d", i), LastActive: now.Add(-time.Second)})
-	}
-	require.NoError(t, s.Touch(ctx, cfg.Name, touches))
+	joinPurgeLine(t, s, cfg, now)
 	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
 	require.NoError(t, err)
 	require.EqualValues(t, 4, rep.PurgedWaiting)

@@ -62,6 +62,22 @@ func purgeFixture(t *testing.T) (s *Store, cfg session.GateConfig, now time.Time
 	release = holdCleaner(t, s)
 	ctx := context.Background()
 	cfg = sessiontest.GateConfig("default", 2)
+	now = epoch.Add(cfg.WaitingTimeout + time.Second)
+	joinPurgeLine(t, s, cfg, now)
+	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, rep.PurgedWaiting)
+	require.Zero(t, rep.PurgedActive)
+	require.Equal(t, 12, physicalRows(t, s, cfg.Name), "the purged rows are still in the table: the premise of the test")
+	return s, cfg, now, release
+}
+
+// joinPurgeLine joins a0, a1 and w0..w9 to cfg's gate at epoch, and
+// touches w0 and w5..w9 a second before now: an update at now past the
+// waiting timeout purges w1..w4, between live waiters.
+func joinPurgeLine(t *testing.T, s *Store, cfg session.GateConfig, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
 	for _, id := range []string{"a0", "a1"} {
 		_, err := s.Join(ctx, cfg, id, epoch)
 		require.NoError(t, err)
@@ -70,18 +86,11 @@ func purgeFixture(t *testing.T) (s *Store, cfg session.GateConfig, now time.Time
 		_, err := s.Join(ctx, cfg, fmt.Sprintf("w%d", i), epoch)
 		require.NoError(t, err)
 	}
-	now = epoch.Add(cfg.WaitingTimeout + time.Second)
 	var touches []session.Touch
 	for _, i := range []int{0, 5, 6, 7, 8, 9} {
 		touches = append(touches, session.Touch{ID: fmt.Sprintf("w%d", i), LastActive: now.Add(-time.Second)})
 	}
 	require.NoError(t, s.Touch(ctx, cfg.Name, touches))
-	rep, err := s.Update(ctx, cfg, now, session.DefaultUpdateChunk)
-	require.NoError(t, err)
-	require.EqualValues(t, 4, rep.PurgedWaiting)
-	require.Zero(t, rep.PurgedActive)
-	require.Equal(t, 12, physicalRows(t, s, cfg.Name), "the purged rows are still in the table: the premise of the test")
-	return s, cfg, now, release
 }
 
 func TestPurgedWaitersAreGoneBeforeTheirRowsAre(t *testing.T) {
