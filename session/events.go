@@ -364,8 +364,10 @@ func DecideStart(e ScheduledEvent, waiting []int64, now time.Time) (ScheduledEve
 // them: the lottery state cleared, the given seed kept.
 func (e ScheduledEvent) Schedule() ScheduledEvent {
 	return ScheduledEvent{
-		// As the stores keep them: UTC, whatever zone they were given in.
-		Gate: e.Gate, ID: e.ID, PrequeueAt: fromNanos(nanos(e.PrequeueAt)), StartsAt: fromNanos(nanos(e.StartsAt)), EndsAt: fromNanos(nanos(e.EndsAt)),
+		// As the stores keep them: UTC, whatever zone they were given in,
+		// without a monotonic reading. Not through unix nanoseconds: a
+		// time past 2262 would wrap around before it is validated.
+		Gate: e.Gate, ID: e.ID, PrequeueAt: e.PrequeueAt.UTC(), StartsAt: e.StartsAt.UTC(), EndsAt: e.EndsAt.UTC(),
 		Shuffle: e.Shuffle, ActiveLimit: e.ActiveLimit, NewUsersPerMinute: e.NewUsersPerMinute,
 		Seed: e.Seed, Phase: EventScheduled,
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"testing"
 	"time"
 
@@ -108,6 +109,16 @@ func TestEventValidate(t *testing.T) {
 		mut(&e)
 		assert.ErrorIs(t, e.ValidateNew(now), session.ErrInvalidArgument, name)
 	}
+	// As an event is saved: Schedule, then ValidateNew. A time past 2262,
+	// whose unix nanoseconds wrap around to an hour from now, stays as
+	// given, and is refused.
+	wrap := now.Add(math.MaxInt64).Add(math.MaxInt64).Add(2) // now + 2^64 ns
+	far := ok
+	far.PrequeueAt, far.StartsAt = wrap.Add(time.Hour), wrap.Add(2*time.Hour)
+	require.Equal(t, now.Add(time.Hour).UnixNano(), far.PrequeueAt.UnixNano(), "the premise: its nanoseconds wrap")
+	sched := far.Schedule()
+	assert.True(t, sched.PrequeueAt.Equal(far.PrequeueAt) && sched.StartsAt.Equal(far.StartsAt), "Schedule moved the times: %v, %v", sched.PrequeueAt, sched.StartsAt)
+	assert.ErrorIs(t, sched.ValidateNew(now), session.ErrInvalidArgument)
 }
 
 func TestEventConfig(t *testing.T) {
