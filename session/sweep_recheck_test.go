@@ -78,3 +78,29 @@ func TestASocketOpenedAfterTheSweepersWalkKeepsTheSession(t *testing.T) {
 	assert.Zero(t, st.releases.Load(), "c, connected again, is not released")
 	assert.NoError(t, w.ValidateSessionIsActive("default", "c"))
 }
+
+// An active session whose only sign of life is its open socket is
+// persisted by one flush: the flusher walks the present sessions (which
+// sign it, at now) before it collects the active sessions to write.
+func TestOneFlushPersistsAnActiveSessionSignedByItsSocket(t *testing.T) {
+	sq, err := sqlite.Open(filepath.Join(t.TempDir(), "f.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sq.Close() })
+	clock := sessiontest.NewClock(sessiontest.Epoch)
+	cfg := sessiontest.GateConfig("default", 2)
+	ctx := context.Background()
+	w, err := session.New(ctx, sq, []session.GateConfig{cfg}, session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+
+	_, err = w.Join(ctx, "default", "a")
+	require.NoError(t, err)
+	disconnect, err := w.Connect("default", "a")
+	require.NoError(t, err)
+	t.Cleanup(disconnect)
+	clock.Advance(cfg.ActiveTimeout/8 + time.Second) // nothing but the socket since
+	require.NoError(t, w.FlushTouches(ctx))
+	a, err := sq.Get(ctx, "default", "a")
+	require.NoError(t, err)
+	assert.True(t, a.LastActive.Equal(clock.Now()), "stored sign of life %v, want the flush's %v", a.LastActive, clock.Now())
+}
