@@ -26,7 +26,7 @@ func (s *Store) ClaimLink(ctx context.Context, gate, id string, deadline, now ti
 	}
 	now, deadline = normTime(now), normTime(deadline)
 	var out session.Session
-	err := s.gateOp(ctx, gate, true, func(b *batch, e *gateEntry) error { // the row by its id, as a touch: beside a pending promotion
+	err := s.gateOp(ctx, gate, func(b *batch, e *gateEntry) error { // the row by its id, as a touch: beside a pending promotion
 		existing, _, err := s.find(e, id)
 		if err != nil {
 			return err

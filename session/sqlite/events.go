@@ -31,22 +31,18 @@ func eventRange(gate string) (lo, hi string) {
 	return eventsPrefix + gate + "/", eventsPrefix + gate + "0"
 }
 
-// eventOp runs fn in a transaction of the writer, with the gate's entry
-// (its row created when missing) and its counters.
-func (s *Store) eventOp(ctx context.Context, gate string, fn func(b *batch, e *gateEntry) error) error {
-	return s.gateOp(ctx, gate, false, fn)
-}
-
-// gateOp is eventOp; with pendingSafe, fn runs beside the gates' pending
-// promotions (promoted.go): it reaches a session only by its id (find),
-// writes no session row, or writes its gate's pending promotion first.
-func (s *Store) gateOp(ctx context.Context, gate string, pendingSafe bool, fn func(b *batch, e *gateEntry) error) error {
+// gateOp runs fn in a transaction of the writer, with the gate's entry
+// (its row created when missing) and its counters, beside the gates'
+// pending promotions (promoted.go): fn reaches a session only by its id
+// (find), writes no session row, or writes its gate's pending promotion
+// first (materialize).
+func (s *Store) gateOp(ctx context.Context, gate string, fn func(b *batch, e *gateEntry) error) error {
 	if !session.ValidGateName(gate) {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: event: gate name %q", gate)
 	}
 	o := newOp(ctx, opFunc)
 	o.cfg.Name = gate
-	o.pendingSafe = pendingSafe
+	o.pendingSafe = true
 	o.fn = func(b *batch) error {
 		e, err := s.gate(b, gate)
 		if err != nil {
@@ -112,7 +108,7 @@ func (s *Store) SaveEvent(ctx context.Context, ev session.ScheduledEvent) (sessi
 		return session.ScheduledEvent{}, err
 	}
 	var saved session.ScheduledEvent
-	err := s.gateOp(ctx, ev.Gate, true, func(_ *batch, e *gateEntry) error { // the event's rows alone: beside a pending promotion
+	err := s.gateOp(ctx, ev.Gate, func(_ *batch, e *gateEntry) error { // the event's rows alone: beside a pending promotion
 		stored, damage, err := s.storedEvent(ev.Gate, ev.ID)
 		if err != nil {
 			return err
@@ -143,7 +139,7 @@ func (s *Store) DeleteEvent(ctx context.Context, gate, id string) error {
 	if !session.ValidGateName(id) {
 		return session.Errorf(session.CodeInvalidArgument, "sqlite: delete event: id %q", id)
 	}
-	return s.gateOp(ctx, gate, true, func(_ *batch, e *gateEntry) error { // the event's rows alone: beside a pending promotion
+	return s.gateOp(ctx, gate, func(_ *batch, e *gateEntry) error { // the event's rows alone: beside a pending promotion
 		stored, damage, err := s.storedEvent(gate, id)
 		if err != nil {
 			return err
@@ -388,7 +384,7 @@ func (s *Store) AdvanceEvent(ctx context.Context, gate, id string, now time.Time
 	now = normTime(now)
 	var out session.ScheduledEvent
 	var changed bool
-	err := s.gateOp(ctx, gate, true, func(b *batch, e *gateEntry) error { // only a draw moves rows: it writes the gate's pending promotion first
+	err := s.gateOp(ctx, gate, func(b *batch, e *gateEntry) error { // only a draw moves rows: it writes the gate's pending promotion first
 		stored, damage, err := s.storedEvent(gate, id)
 		if err != nil {
 			return err

@@ -22,7 +22,7 @@ func launchOfAMillion(b *testing.B) *Store {
 	ev := session.ScheduledEvent{Gate: "default", ID: "drop", PrequeueAt: epoch.Add(-2 * time.Hour), StartsAt: epoch.Add(-time.Hour),
 		Phase: session.EventStarted, FirstPosition: 1_000_000, Positions: pos, Seed: make([]byte, session.LotterySeedSize),
 		StartedAt: epoch.Add(-time.Hour)}
-	require.NoError(b, s.eventOp(context.Background(), "default", func(*batch, *gateEntry) error { return s.writeEvent(ev) }))
+	require.NoError(b, s.gateOp(context.Background(), "default", func(*batch, *gateEntry) error { return s.writeEvent(ev) }))
 	return s
 }
 
@@ -32,7 +32,7 @@ func launchOfAMillion(b *testing.B) *Store {
 func BenchmarkEventsForDecisions(b *testing.B) {
 	s := launchOfAMillion(b)
 	b.ResetTimer()
-	require.NoError(b, s.eventOp(context.Background(), "default", func(*batch, *gateEntry) error {
+	require.NoError(b, s.gateOp(context.Background(), "default", func(*batch, *gateEntry) error {
 		for b.Loop() {
 			evs, _, _, err := s.storedEvents("default")
 			if err != nil || len(evs) != 1 {

@@ -172,7 +172,7 @@ func TestRemoveGateDeletesItsLines(t *testing.T) {
 		ev := session.ScheduledEvent{Gate: g, ID: "drop", PrequeueAt: epoch.Add(-2 * time.Hour), StartsAt: epoch.Add(-time.Hour),
 			Phase: session.EventStarted, FirstPosition: 1, Positions: []int64{1, 2, 3}, Seed: make([]byte, session.LotterySeedSize),
 			StartedAt: epoch.Add(-time.Hour)}
-		require.NoError(t, s.eventOp(ctx, g, func(*batch, *gateEntry) error { return s.writeEvent(ev) }))
+		require.NoError(t, s.gateOp(ctx, g, func(*batch, *gateEntry) error { return s.writeEvent(ev) }))
 	}
 	closed := sessiontest.GateConfig("a", 1)
 	closed.Mode = session.ModeReject
@@ -200,7 +200,7 @@ func TestALineInTheEventsJSONStillReads(t *testing.T) {
 	raw, err := session.EncodeStoredEvent(ev)
 	require.NoError(t, err)
 	require.True(t, strings.Contains(string(raw), `"positions":[1,4,9]`))
-	require.NoError(t, s.eventOp(ctx, "default", func(*batch, *gateEntry) error {
+	require.NoError(t, s.gateOp(ctx, "default", func(*batch, *gateEntry) error {
 		_, err := s.wc.exec(s.wc.insertMeta, eventKey("default", "old"), raw)
 		return err
 	}))

@@ -178,9 +178,8 @@ var (
 )
 
 // pendingSafe reports whether o runs with promotions pending. An update
-// in its purge phases, or an opFunc of one gate (eventOp), materializes
-// its gate's first; any other op, all of them (materializeAll: no op
-// today, the default for a new kind).
+// in its purge phases materializes its gate's first; any other op, all of
+// them (materializeAll: no op today, the default for a new kind).
 func pendingSafe(o *op) bool {
 	switch o.kind {
 	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory, opCodes, opSettings, opLoad:

@@ -28,7 +28,7 @@ var _ session.GateRemover = (*Store)(nil)
 // before the removal ran; a session.CodeInternal error on storage failure.
 func (s *Store) RemoveGate(ctx context.Context, cfg session.GateConfig, now time.Time) error {
 	gate := cfg.Name
-	return s.gateOp(ctx, gate, true, func(_ *batch, e *gateEntry) error { // settings, events, codes: beside a pending promotion
+	return s.gateOp(ctx, gate, func(_ *batch, e *gateEntry) error { // settings, events, codes: beside a pending promotion
 		evs, err := s.readEvents(gate, func(damage error, _ string, _ []byte) { s.logDamagedEvent(gate, damage) }) // no lines: the check needs none
 		if err != nil {
 			return err

@@ -43,7 +43,7 @@ func TestGateEntryKeepsNoDrawnLine(t *testing.T) {
 			clear(s.cache) // as every failed batch does
 		}
 		var events, positions int
-		require.NoError(t, s.eventOp(ctx, "default", func(_ *batch, e *gateEntry) error {
+		require.NoError(t, s.gateOp(ctx, "default", func(_ *batch, e *gateEntry) error {
 			events = len(e.events) // read on the writer, checked here
 			if events > 0 {
 				positions = len(e.events[0].Positions)

@@ -80,8 +80,8 @@ type op struct {
 	setting *session.GateConfig  // opSettings: what to save; nil deletes
 	fn      func(b *batch) error // opFunc
 	// pendingSafe is set for an opFunc that runs with promotions pending
-	// (the cleaner's, the admissions', the outbox's, gateOp's callers but
-	// eventOp's); see promoted.go's pendingSafe for the rest.
+	// (the cleaner's, the admissions', the outbox's, gateOp's); see
+	// promoted.go's pendingSafe for the rest.
 	pendingSafe bool
 	code        string     // opJoin: the priority code given, "" none
 	codes       *codeOp    // opCodes: the request and its answer; opJoin: the code's answer
@@ -511,9 +511,9 @@ func (s *Store) apply(b *batch, o *op) error {
 	var err error
 	switch {
 	case pendingSafe(o):
-	case o.kind == opUpdate, o.kind == opFunc && o.cfg.Name != "":
-		// Only the op's gate: an update raises its gate's marks, no other
-		// gate's, and an event's advance moves its gate's rows.
+	case o.kind == opUpdate:
+		// Only the update's gate: it raises its gate's marks, no other
+		// gate's.
 		_, err = s.materialize(b, o.cfg.Name, -1)
 	default:
 		err = s.materializeAll(b)
