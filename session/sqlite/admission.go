@@ -81,7 +81,6 @@ func (w *wconn) adhocRow(q string, dest []driver.Value, args ...any) (bool, erro
 // runAdmission runs fn on the writer, in its transaction.
 func (s *Store) runAdmission(ctx context.Context, fn func() error) error {
 	o := newOp(ctx, opFunc)
-	o.pendingSafe = true // admissions read a session's row only to know it lives
 	o.fn = func(*batch) error { return fn() }
 	err := s.do(o)
 	putOp(o)

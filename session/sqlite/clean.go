@@ -217,7 +217,6 @@ func (s *Store) cleanGate(ctx context.Context, gate string, promoted bool) error
 		var n int64
 		var more bool
 		o := newOp(ctx, opFunc)
-		o.pendingSafe = true // it writes the pending promotion, or deletes rows under the marks, none pending
 		o.fn = func(b *batch) error {
 			if promoted {
 				var err error

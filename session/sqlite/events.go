@@ -42,7 +42,6 @@ func (s *Store) gateOp(ctx context.Context, gate string, fn func(b *batch, e *ga
 	}
 	o := newOp(ctx, opFunc)
 	o.cfg.Name = gate
-	o.pendingSafe = true
 	o.fn = func(b *batch) error {
 		e, err := s.gate(b, gate)
 		if err != nil {

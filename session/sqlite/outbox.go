@@ -115,7 +115,6 @@ func (w *wconn) directQuery(q string, args ...any) (driver.Rows, error) {
 func (s *Store) runExt(ctx context.Context, cfg session.GateConfig, fn func(b *batch, o *op) error) error {
 	o := newOp(ctx, opFunc)
 	o.cfg = cfg
-	o.pendingSafe = true // the outbox's rows, and SetNotify's row by its id (find)
 	o.fn = func(b *batch) error { return fn(b, o) }
 	err := s.do(o)
 	putOp(o)

@@ -31,7 +31,7 @@ import (
 // Two operations materialize their gate's pending promotion first: an
 // update's purge phases (no purge mark may rise while a promotion is
 // pending, or a pending row could fall under the waiting mark; an update
-// raises only its gate's marks: apply, pendingSafe), and a scheduled
+// raises only its gate's marks: pendingSafe), and a scheduled
 // event's draw (a lottery moves rows: AdvanceEvent). Load adds the
 // range's live rows to the active set it reads (loadRows). The others run
 // beside it: those that reach a row by its id, and those that write no
@@ -178,16 +178,16 @@ var (
 )
 
 // pendingSafe reports whether o runs with promotions pending. An update
-// in its purge phases materializes its gate's first; any other op, all of
-// them (materializeAll: no op today, the default for a new kind).
+// in its purge phases materializes its gate's first; an op of a kind not
+// listed here, all of them (materializeAll: none today, the default for a
+// new kind). Every function the writer runs (opFunc: the cleaner's, the
+// admissions', the outbox's, gateOp's) is written to run beside them.
 func pendingSafe(o *op) bool {
 	switch o.kind {
-	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory, opCodes, opSettings, opLoad:
+	case opJoin, opLeave, opRelease, opTouch, opPurge, opProbe, opSecret, opPruneHistory, opCodes, opSettings, opLoad, opFunc:
 		return true
 	case opUpdate:
 		return o.updIn.phase == phasePromote
-	case opFunc:
-		return o.pendingSafe
 	}
 	return false
 }

@@ -79,14 +79,10 @@ type op struct {
 	gen     func() ([]byte, error)
 	setting *session.GateConfig  // opSettings: what to save; nil deletes
 	fn      func(b *batch) error // opFunc
-	// pendingSafe is set for an opFunc that runs with promotions pending
-	// (the cleaner's, the admissions', the outbox's, gateOp's); see
-	// promoted.go's pendingSafe for the rest.
-	pendingSafe bool
-	code        string     // opJoin: the priority code given, "" none
-	codes       *codeOp    // opCodes: the request and its answer; opJoin: the code's answer
-	updIn       updateStep // where an update step starts
-	upd         updateStep // where it ended, and what it did
+	code    string               // opJoin: the priority code given, "" none
+	codes   *codeOp              // opCodes: the request and its answer; opJoin: the code's answer
+	updIn   updateStep           // where an update step starts
+	upd     updateStep           // where it ended, and what it did
 
 	sess   session.Session
 	snaps  map[string]session.GateSnapshot
