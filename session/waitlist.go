@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -534,9 +535,12 @@ func (w *Waitlist) Connect(gate, id string) (disconnect func(), err error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
+	// The socket keeps the id for as long as it is open: a copy, not the
+	// caller's memory (a token in a request's line or header).
+	id = strings.Clone(id)
 	now := w.clock.Now().UnixNano()
 	g.mu.Lock()
-	p := g.presenceOf(id)
+	p := g.presenceOfOwned(id)
 	p.sockets++
 	p.lastSeen = max(p.lastSeen, now)
 	e := g.active.get(id)
@@ -576,9 +580,19 @@ func (g *gateMemory) seen(id string, now int64) {
 // slot is p's place in its gate's present set (walkSet).
 func (p *presence) slot() *walkSlot { return &p.walkSlot }
 
-// presenceOf returns the session's presence entry, creating it. g.mu must be
-// held for writing.
+// presenceOf returns the session's presence entry, creating it with a copy
+// of id: the entry lives longer than the request whose memory id may be a
+// piece of. g.mu must be held for writing.
 func (g *gateMemory) presenceOf(id string) *presence {
+	if p := g.present.get(id); p != nil {
+		return p
+	}
+	return g.presenceOfOwned(strings.Clone(id))
+}
+
+// presenceOfOwned is presenceOf for an id that is the caller's own copy,
+// which a new entry keeps.
+func (g *gateMemory) presenceOfOwned(id string) *presence {
 	p := g.present.get(id)
 	if p == nil {
 		p = &presence{}

@@ -1,0 +1,77 @@
+package session_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
+	"github.com/anteroomhq/anteroom/session/sqlite"
+)
+
+// The ids callers pass are often pieces of a request (a token in the query
+// string or a cookie header, up to the server's 64 KB header limit). What
+// the Waitlist keeps of an id for longer than the call (an open socket's
+// presence, a waiter's sign of life until it is persisted) must be its own
+// copy: else a client padding its request would pin that much memory per
+// socket, for as long as the socket is open.
+func TestTheWaitlistKeepsNoCallersMemoryOfAnID(t *testing.T) {
+	sq, err := sqlite.Open(filepath.Join(t.TempDir(), "r.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sq.Close() })
+	clock := sessiontest.NewClock(sessiontest.Epoch)
+	cfg := sessiontest.GateConfig("default", 1)
+	ctx := context.Background()
+	w, err := session.New(ctx, sq, []session.GateConfig{cfg}, session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	for _, id := range []string{"front", "waiter1", "waiter2"} {
+		_, err := w.Join(ctx, "default", id)
+		require.NoError(t, err)
+	}
+
+	for _, tc := range []struct {
+		name, id string
+		use      func(id string) (keep func())
+	}{
+		{"an open socket", "waiter1", func(id string) func() {
+			disconnect, err := w.Connect("default", id)
+			require.NoError(t, err)
+			return disconnect // called once the buffer is collected: the socket stays open until then
+		}},
+		{"a waiter's status read, a sign of life not yet persisted", "waiter2", func(id string) func() {
+			_, err := w.Status(ctx, "default", id)
+			require.NoError(t, err)
+			return func() {}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			collected := make(chan struct{})
+			request := strings.Repeat("x", 32<<10) + tc.id // the id is the request's tail
+			runtime.AddCleanup(unsafe.StringData(request), func(ch chan struct{}) { close(ch) }, collected)
+			keep := tc.use(request[len(request)-len(tc.id):])
+			request = ""
+			defer keep()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				runtime.GC()
+				select {
+				case <-collected:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the Waitlist still holds the caller's memory through the id it was given")
+				}
+			}
+		})
+	}
+}
