@@ -99,6 +99,11 @@ func (s *Store) recordHistory(events []session.Event) error {
 			recs = append(recs, r)
 		}
 	}
+	// The records name sessions by the ids the ops were given, which may
+	// be pieces of their requests: the scratch slice keeps none of them
+	// past this transaction (a later, shorter one would leave them in the
+	// slots it does not reach).
+	defer clear(recs)
 	h.records = recs[:0]
 	if len(recs) == 0 {
 		return nil
