@@ -1002,7 +1002,10 @@ func (w *Waitlist) applyCommit(c Commit) {
 			e := g.active.get(s.ID)
 			if e == nil {
 				e = &activeEntry{position: s.Position}
-				g.active.put(s.ID, e)
+				// The set keeps the id as long as the session is active:
+				// a copy, not the memory of the op that committed it (a
+				// join's id may be a piece of its request's header).
+				g.active.put(strings.Clone(s.ID), e)
 				e.lastActive.Store(la)
 			} else if la > e.lastActive.Load() {
 				e.lastActive.Store(la)
