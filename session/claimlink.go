@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 )
@@ -143,7 +144,8 @@ type linkMemo struct {
 	seen map[linkKey]struct{}
 }
 
-// begin records key and reports whether it was new.
+// begin records key and reports whether it was new. The memo keeps a copy
+// of key's id: the caller's is a piece of the claim's request.
 func (m *linkMemo) begin(key linkKey) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -153,6 +155,7 @@ func (m *linkMemo) begin(key linkKey) bool {
 	if m.seen == nil || len(m.seen) >= maxLinkMemo {
 		m.seen = make(map[linkKey]struct{})
 	}
+	key.id = strings.Clone(key.id)
 	m.seen[key] = struct{}{}
 	return true
 }
