@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -392,9 +393,13 @@ func (w *Waitlist) ReplaceEvent(ctx context.Context, ev ScheduledEvent) (Schedul
 }
 
 func (w *Waitlist) saveEvent(ctx context.Context, ev ScheduledEvent, create bool) (ScheduledEvent, error) {
-	if _, err := w.gate(ev.Gate); err != nil {
+	g, err := w.gate(ev.Gate)
+	if err != nil {
 		return ScheduledEvent{}, err
 	}
+	// Memory and the Store keep the event until it changes: the gate's own
+	// name and a copy of the id, not the caller's (pieces of a request).
+	ev.Gate, ev.ID = g.name(), strings.Clone(ev.ID)
 	now := w.clock.Now()
 	ev = ev.Schedule()
 	ev.Seed = nil
@@ -468,9 +473,11 @@ func replaceEvent(evs []ScheduledEvent, ev ScheduledEvent) []ScheduledEvent {
 // ErrUnknownGate, a CodeEventNotFound error, a CodeEventLocked error while
 // its pre-queue is open, ErrUnavailable, or the Store's.
 func (w *Waitlist) RemoveEvent(ctx context.Context, gate, id string) error {
-	if _, err := w.gate(gate); err != nil {
+	g, err := w.gate(gate)
+	if err != nil {
 		return err
 	}
+	gate = g.name() // memory's events are put back under it (refreshEvents)
 	if !ValidGateName(id) {
 		return EventNotFound(gate, id)
 	}
@@ -631,8 +638,11 @@ func (m *eventMemory) applyRead(gate string, changes int64, present func() bool,
 // joinEvents runs the transitions due before a join at now, so that nobody
 // joins a gate whose pre-queue should be open, or whose lottery should be
 // drawn, before that happened. A failure is logged: the join still waits
-// (EventConfig holds the line until the start is stored).
-func (w *Waitlist) joinEvents(ctx context.Context, gate string, now time.Time) {
+// (EventConfig holds the line until the start is stored). The events are
+// named by g's own name, not the join's (a piece of its request, which the
+// event a transition stores would keep).
+func (w *Waitlist) joinEvents(ctx context.Context, g *gateMemory, now time.Time) {
+	gate := g.name()
 	if err := w.advanceDue(ctx, gate, now); err != nil {
 		w.log.Warn("anteroom: event transition before a join failed", "gate", gate, "err", err)
 	}

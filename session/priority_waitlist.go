@@ -27,7 +27,7 @@ func (w *Waitlist) JoinWithCode(ctx context.Context, gate, id, code string) (vie
 		return view, Errorf(CodeCodeUnknown, "no such code in this gate"), err
 	}
 	now := w.clock.Now()
-	w.joinEvents(ctx, gate, now) // as Join: the gate's events rule a code join too
+	w.joinEvents(ctx, g, now) // as Join: the gate's events rule a code join too
 	s, codeErr, err := w.store.JoinWithCode(ctx, w.opConfig(g, now), id, code, now)
 	if err != nil {
 		return SessionView{}, nil, err

@@ -340,6 +340,11 @@ func (w *Waitlist) newGateMemory(cfg GateConfig, snap GateSnapshot) *gateMemory 
 // config is the gate's current configuration.
 func (g *gateMemory) config() GateConfig { return *g.cfg.Load() }
 
+// name is the gate's name: memory's own string, which is what anything
+// kept beyond a call names the gate by (a caller's name may be a piece of
+// its request).
+func (g *gateMemory) name() string { return g.cfg.Load().Name }
+
 // Gates returns the gate names, sorted.
 func (w *Waitlist) Gates() []string { return append([]string(nil), w.set.Load().names...) }
 
@@ -364,7 +369,7 @@ func (w *Waitlist) Join(ctx context.Context, gate, id string) (SessionView, erro
 		return SessionView{}, err
 	}
 	now := w.clock.Now()
-	w.joinEvents(ctx, gate, now)
+	w.joinEvents(ctx, g, now)
 	s, err := w.store.Join(ctx, w.opConfig(g, now), id, now)
 	if err != nil {
 		return SessionView{}, err
