@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,6 +145,10 @@ func (a *eventsAnswers) answer(gate string, view *session.PublishedEvents, now t
 	if a.missed != nil {
 		a.missed(gate)
 	}
+	// The cache keeps the gate's name as long as the gate's events stay as
+	// they are: a copy, not the request's ?gate= (a piece of its line).
+	// sync.Map's stores put the key given in place of the one it holds.
+	gate = strings.Clone(gate)
 	for range eventsFlightTries {
 		if f != nil && f.view == view {
 			if ans, ended := a.await(f); ended {

@@ -1,0 +1,76 @@
+package gate_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/gate/gatetest"
+	"github.com/anteroomhq/anteroom/session"
+)
+
+// requireRequestCollected passes use the tail piece of a 32 KiB buffer
+// standing for a request (piece is its tail: a query string at the end of
+// a padded request line), drops the buffer, and fails unless the garbage
+// collector frees it within 10 s while what use returned is still held
+// (keep runs after).
+func requireRequestCollected(t *testing.T, piece string, use func(piece string) (keep func()), msg string) {
+	t.Helper()
+	collected := make(chan struct{})
+	request := strings.Repeat("x", 32<<10) + piece
+	runtime.AddCleanup(unsafe.StringData(request), func(ch chan struct{}) { close(ch) }, collected)
+	keep := use(request[len(request)-len(piece):])
+	request = ""
+	defer keep()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+	}
+}
+
+// get serves GET path?rawQuery through h, the query string being the
+// caller's memory as a request line's piece is (net/http cuts RawQuery, and
+// url.Values its unescaped values, out of the line).
+func get(h http.Handler, path, rawQuery string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.URL.RawQuery = rawQuery
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// The snippet's answer to GET {base}/api/events?positions=0 is cached per
+// gate, for as long as the gate's events stay as they are (for good when
+// they never change): the cache must keep its own copy of the gate's name,
+// not the ?gate= of the request that filled it (a piece of a request line a
+// client may pad to 64 KB, on a route outside the rate limit).
+func TestTheEventsAnswerCacheKeepsNoRequestMemory(t *testing.T) {
+	sc := gatetest.StartSidecar(t, gatetest.Options{Gates: []session.GateConfig{gatetest.Gate("default", 10), gatetest.Gate("other", 10)}})
+	for _, gate := range []string{"default", "other"} {
+		t.Run(gate, func(t *testing.T) {
+			q := "gate=" + gate + "&positions=0"
+			requireRequestCollected(t, q, func(piece string) func() {
+				w := get(sc.Handler, gatetest.BasePath+"/api/events", piece)
+				require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+				return func() {
+					w := get(sc.Handler, gatetest.BasePath+"/api/events", strings.Clone(q))
+					require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+				}
+			}, "the events answer cache still holds the request through the gate it names")
+		})
+	}
+}
