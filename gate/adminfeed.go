@@ -111,7 +111,8 @@ func (f *adminFeed) redeem(t string) bool {
 	if _, dup := f.used[parts[1]]; dup || len(f.used) >= feedMaxUsed {
 		return false
 	}
-	f.used[parts[1]] = exp
+	// Kept until it expires: a copy, not a piece of the request's line.
+	f.used[strings.Clone(parts[1])] = exp
 	return true
 }
 

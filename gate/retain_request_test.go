@@ -74,3 +74,21 @@ func TestTheEventsAnswerCacheKeepsNoRequestMemory(t *testing.T) {
 		})
 	}
 }
+
+// The admin feed remembers each ticket's nonce it redeemed until the
+// ticket expires (and, when no ticket is redeemed later, for good): a copy,
+// not a piece of the feed request's ?ticket= (its request line, padded at
+// will by whoever holds a ticket).
+func TestTheAdminFeedKeepsNoRequestMemoryOfATicket(t *testing.T) {
+	h := newAdminHarness(t, adminToken, nil)
+	q := "ticket=" + h.feedTicket()
+	requireRequestCollected(t, q, func(piece string) func() {
+		w := get(h.sc.Handler, base+"/admin/api/feed", piece)
+		// Redeemed, then refused as no WebSocket handshake.
+		require.NotEqual(t, http.StatusUnauthorized, w.Code, w.Body.String())
+		return func() {
+			w := get(h.sc.Handler, base+"/admin/api/feed", strings.Clone(q))
+			require.Equal(t, http.StatusUnauthorized, w.Code, "the ticket is remembered as used: %s", w.Body.String())
+		}
+	}, "the admin feed still holds the request through a ticket's nonce")
+}
