@@ -494,15 +494,15 @@ func (h *Hub) fanout(g *gate, f *frame) {
 // subscriber was registered), else sub.Global. Mailbox slots are filled
 // only if a fan-out has not already put something newer there.
 //
-// The subscriber keeps copies of the gate name, session id and client
-// only: nothing of sub (CurrentSession may hold the upgrade's request) nor
-// of the strings it was cut from.
+// The subscriber keeps copies of the gate name and session id, and sub's
+// Client, which accept copied: nothing of sub (CurrentSession may hold the
+// upgrade's request) nor of the strings it was cut from.
 func (h *Hub) register(sub Subscription, l link, c *websocket.Conn, out *sockOut) *subscriber {
 	g := h.gate(sub.Gate)
 	if g == nil {
 		return nil
 	}
-	s := &subscriber{gate: g, id: strings.Clone(sub.SessionID), client: strings.Clone(sub.Client), closed: sub.Closed, link: l, conn: c}
+	s := &subscriber{gate: g, id: strings.Clone(sub.SessionID), client: sub.Client, closed: sub.Closed, link: l, conn: c}
 	s.nextPing = time.Now().Add(h.opts.PingInterval).UnixNano()
 	if out != nil {
 		out.s.Store(s)

@@ -135,6 +135,11 @@ func (h *Hub) accept(w http.ResponseWriter, r *http.Request, sub Subscription) (
 		return nil, ErrClosed
 	}
 	n := h.conns.Add(1)
+	// The count of the client's sockets and the subscriber keep the client
+	// while the socket is open: one copy, not the caller's string (a
+	// piece of its request, maybe). enterClient writes the count's entry
+	// with the string it is given, even an entry that exists.
+	sub.Client = strings.Clone(sub.Client)
 	clientOK := h.enterClient(sub.Client)
 	served := false
 	defer func() {
@@ -236,10 +241,7 @@ func (h *Hub) enterClient(client string) bool {
 	if h.clients == nil {
 		h.clients = make(map[string]int)
 	}
-	if _, ok := h.clients[client]; !ok {
-		client = strings.Clone(client) // the map keeps it
-	}
-	h.clients[client]++
+	h.clients[client]++ // the key becomes client's: the caller's own copy (accept)
 	return h.clients[client] <= max
 }
 
