@@ -3,6 +3,7 @@ package sqlite
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"sync"
 )
 
@@ -218,7 +219,9 @@ func (x *idIndex) commit() {
 		if p.del {
 			delete(g.long, k.id)
 		} else {
-			g.long[k.id] = p.pos
+			// Kept while the session lives: a copy, not the op's id (a
+			// piece of its request, maybe). Rare: a hash collision.
+			g.long[strings.Clone(k.id)] = p.pos
 		}
 	}
 	x.mu.Unlock()
