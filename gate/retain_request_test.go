@@ -1,6 +1,7 @@
 package gate_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/session"
 )
@@ -91,4 +93,42 @@ func TestTheAdminFeedKeepsNoRequestMemoryOfATicket(t *testing.T) {
 			require.Equal(t, http.StatusUnauthorized, w.Code, "the ticket is remembered as used: %s", w.Body.String())
 		}
 	}, "the admin feed still holds the request through a ticket's nonce")
+}
+
+// A token outlives its session (released, purged): a join that carries
+// one joins under its id, a piece of the request (its Cookie or
+// Authorization header, up to the server's 64 KB of headers, or its
+// query string), and the session admitted at once stays in memory for as
+// long as it is active. Nothing on the way may keep that piece: the whole
+// route, up to the update tick that follows (the Store's writer keeps its
+// last transaction until its next one).
+func TestAJoinUnderAGoneSessionsTokenKeepsNoRequestMemory(t *testing.T) {
+	sc := gatetest.StartSidecar(t, gatetest.Options{Gates: []session.GateConfig{gatetest.Gate("default", 10)}})
+	for _, tc := range []struct {
+		name string
+		// carry puts the credential (the request's piece) in r.
+		carry  func(r *http.Request, piece string)
+		prefix string
+	}{
+		{"in its Cookie", func(r *http.Request, piece string) { r.Header["Cookie"] = []string{piece} }, gate.CookieName + "="},
+		{"as Bearer", func(r *http.Request, piece string) { r.Header["Authorization"] = []string{piece} }, "Bearer "},
+		{"in ?session=", func(r *http.Request, piece string) { r.URL.RawQuery = piece }, "session="},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := strings.ReplaceAll(tc.name, " ", "-")
+			id = strings.NewReplacer("?", "", "=", "").Replace(id)
+			requireRequestCollected(t, tc.prefix+sc.Token(t, id), func(piece string) func() {
+				r := httptest.NewRequest(http.MethodPost, gatetest.BasePath+"/api/join", nil)
+				tc.carry(r, piece)
+				w := httptest.NewRecorder()
+				sc.Handler.ServeHTTP(w, r)
+				require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+				_, err := sc.Waitlist.Update(context.Background())
+				require.NoError(t, err)
+				return func() {
+					require.NoError(t, sc.Waitlist.ValidateSessionIsActive("default", id), "joined under the token's id")
+				}
+			}, "a join still holds its request through the id of the token it carried")
+		})
+	}
 }
