@@ -4,14 +4,14 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 )
 
 // A socket's Subscription may be cut from its request (a client address
@@ -43,26 +43,14 @@ func TestTheHubKeepsNoRequestMemoryOfASubscription(t *testing.T) {
 	first := dial(strings.Clone("10.0.0.1"))
 	defer first.CloseNow()
 
-	collected := make(chan struct{})
-	request := strings.Repeat("x", 32<<10) + "10.0.0.1" // the address is the request's tail
-	runtime.AddCleanup(unsafe.StringData(request), func(ch chan struct{}) { close(ch) }, collected)
-	second := dial(request[len(request)-len("10.0.0.1"):])
-	request = ""
-	defer second.CloseNow()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		runtime.GC()
-		select {
-		case <-collected:
+	sessiontest.RequireFreed(t, "10.0.0.1", func(client string) func() { // the address is the request's tail
+		second := dial(client)
+		return func() {
+			defer second.CloseNow()
 			h.clientsMu.Lock()
 			n := h.clients["10.0.0.1"]
 			h.clientsMu.Unlock()
 			require.Equal(t, 2, n, "both sockets counted")
-			return
-		case <-time.After(10 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the hub still holds the request through the client of an open socket")
-		}
-	}
+	}, "the hub still holds the request through the client of an open socket")
 }

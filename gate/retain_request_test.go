@@ -4,45 +4,16 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/anteroomhq/anteroom/gate"
 	"github.com/anteroomhq/anteroom/gate/gatetest"
 	"github.com/anteroomhq/anteroom/session"
+	"github.com/anteroomhq/anteroom/session/sessiontest"
 )
-
-// requireRequestCollected passes use the tail piece of a 32 KiB buffer
-// standing for a request (piece is its tail: a query string at the end of
-// a padded request line), drops the buffer, and fails unless the garbage
-// collector frees it within 10 s while what use returned is still held
-// (keep runs after).
-func requireRequestCollected(t *testing.T, piece string, use func(piece string) (keep func()), msg string) {
-	t.Helper()
-	collected := make(chan struct{})
-	request := strings.Repeat("x", 32<<10) + piece
-	runtime.AddCleanup(unsafe.StringData(request), func(ch chan struct{}) { close(ch) }, collected)
-	keep := use(request[len(request)-len(piece):])
-	request = ""
-	defer keep()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		runtime.GC()
-		select {
-		case <-collected:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-	}
-}
 
 // get serves GET path?rawQuery through h, the query string being the
 // caller's memory as a request line's piece is (net/http cuts RawQuery, and
@@ -65,7 +36,7 @@ func TestTheEventsAnswerCacheKeepsNoRequestMemory(t *testing.T) {
 	for _, gate := range []string{"default", "other"} {
 		t.Run(gate, func(t *testing.T) {
 			q := "gate=" + gate + "&positions=0"
-			requireRequestCollected(t, q, func(piece string) func() {
+			sessiontest.RequireFreed(t, q, func(piece string) func() {
 				w := get(sc.Handler, gatetest.BasePath+"/api/events", piece)
 				require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 				return func() {
@@ -84,7 +55,7 @@ func TestTheEventsAnswerCacheKeepsNoRequestMemory(t *testing.T) {
 func TestTheAdminFeedKeepsNoRequestMemoryOfATicket(t *testing.T) {
 	h := newAdminHarness(t, adminToken, nil)
 	q := "ticket=" + h.feedTicket()
-	requireRequestCollected(t, q, func(piece string) func() {
+	sessiontest.RequireFreed(t, q, func(piece string) func() {
 		w := get(h.sc.Handler, base+"/admin/api/feed", piece)
 		// Redeemed, then refused as no WebSocket handshake.
 		require.NotEqual(t, http.StatusUnauthorized, w.Code, w.Body.String())
@@ -117,7 +88,7 @@ func TestAJoinUnderAGoneSessionsTokenKeepsNoRequestMemory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := strings.ReplaceAll(tc.name, " ", "-")
 			id = strings.NewReplacer("?", "", "=", "").Replace(id)
-			requireRequestCollected(t, tc.prefix+sc.Token(t, id), func(piece string) func() {
+			sessiontest.RequireFreed(t, tc.prefix+sc.Token(t, id), func(piece string) func() {
 				r := httptest.NewRequest(http.MethodPost, gatetest.BasePath+"/api/join", nil)
 				tc.carry(r, piece)
 				w := httptest.NewRecorder()

@@ -4,11 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -16,33 +12,6 @@ import (
 	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"github.com/anteroomhq/anteroom/session/sqlite"
 )
-
-// requireRequestCollected passes use the tail piece of a 32 KiB buffer
-// standing for a request (piece is the buffer's tail: a token's id in a
-// padded Cookie header, a gate in a padded request line), drops the
-// buffer, and fails unless the garbage collector frees it within 10 s
-// while what use returned is still held (keep runs after).
-func requireRequestCollected(t *testing.T, piece string, use func(piece string) (keep func()), msg string) {
-	t.Helper()
-	collected := make(chan struct{})
-	request := strings.Repeat("x", 32<<10) + piece
-	runtime.AddCleanup(unsafe.StringData(request), func(ch chan struct{}) { close(ch) }, collected)
-	keep := use(request[len(request)-len(piece):])
-	request = ""
-	defer keep()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		runtime.GC()
-		select {
-		case <-collected:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-	}
-}
 
 // retainWaitlist is a Waitlist over a fresh SQLite store, with no
 // background flusher or sweeper (the tests run them when they want).
@@ -78,7 +47,7 @@ func TestTheActiveSetKeepsNoCallersMemoryOfAnID(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			requireRequestCollected(t, tc.id, func(id string) func() {
+			sessiontest.RequireFreed(t, tc.id, func(id string) func() {
 				v, err := tc.join(id)
 				require.NoError(t, err)
 				require.Equal(t, session.StatusActive, v.Status)

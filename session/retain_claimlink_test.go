@@ -29,7 +29,7 @@ func TestTheClaimLinkMemoKeepsNoCallersMemoryOfAnID(t *testing.T) {
 		{"an active session whose promotion memory does not hold", "active-unpromoted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			requireRequestCollected(t, tc.id, func(id string) func() {
+			sessiontest.RequireFreed(t, tc.id, func(id string) func() {
 				err := w.ClaimLink(ctx, "default", id, deadline)
 				require.ErrorIs(t, err, session.ErrNotActive)
 				_, err = w.Update(ctx) // the Store's writer forgets its last statement's arguments

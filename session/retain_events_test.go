@@ -62,7 +62,7 @@ func TestScheduledEventsKeepNoCallersMemoryOfANameOrID(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := sessiontest.NewClock(sessiontest.Epoch)
 			w := retainWaitlist(t, clock, sessiontest.GateConfig("default", 10))
-			requireRequestCollected(t, tc.piece, func(piece string) func() {
+			sessiontest.RequireFreed(t, tc.piece, func(piece string) func() {
 				tc.use(t, w, clock, piece)
 				_, err := w.Update(ctx) // the Store's writer forgets its last transaction
 				require.NoError(t, err)

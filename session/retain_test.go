@@ -4,11 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -54,24 +50,7 @@ func TestTheWaitlistKeepsNoCallersMemoryOfAnID(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			collected := make(chan struct{})
-			request := strings.Repeat("x", 32<<10) + tc.id // the id is the request's tail
-			runtime.AddCleanup(unsafe.StringData(request), func(ch chan struct{}) { close(ch) }, collected)
-			keep := tc.use(request[len(request)-len(tc.id):])
-			request = ""
-			defer keep()
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				runtime.GC()
-				select {
-				case <-collected:
-					return
-				case <-time.After(10 * time.Millisecond):
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the Waitlist still holds the caller's memory through the id it was given")
-				}
-			}
+			sessiontest.RequireFreed(t, tc.id, tc.use, "the Waitlist still holds the caller's memory through the id it was given")
 		})
 	}
 }

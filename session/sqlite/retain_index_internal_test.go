@@ -4,11 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -33,31 +29,19 @@ func TestTheIndexKeepsNoCallersMemoryOfACollidingID(t *testing.T) {
 	_, err = s.Join(ctx, cfg, "a", epoch)
 	require.NoError(t, err)
 
-	collected := make(chan struct{})
-	request := strings.Repeat("x", 32<<10) + "d" // "d" hashes as "a" does
-	runtime.AddCleanup(unsafe.StringData(request), func(ch chan struct{}) { close(ch) }, collected)
-	_, err = s.Join(ctx, cfg, request[len(request)-1:], epoch)
-	require.NoError(t, err)
-	request = ""
-	_, err = s.Update(ctx, cfg, epoch, 0) // the writer's next transaction: it forgets the join's
-	require.NoError(t, err)
-	s.idx.mu.RLock()
-	_, long := s.idx.gates["default"].long["d"]
-	s.idx.mu.RUnlock()
-	require.True(t, long, "the id went to the map of full ids")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		runtime.GC()
-		select {
-		case <-collected:
+	sessiontest.RequireFreed(t, "d", func(id string) func() { // "d" hashes as "a" does
+		_, err = s.Join(ctx, cfg, id, epoch)
+		require.NoError(t, err)
+		_, err = s.Update(ctx, cfg, epoch, 0) // the writer's next transaction: it forgets the join's
+		require.NoError(t, err)
+		s.idx.mu.RLock()
+		_, long := s.idx.gates["default"].long["d"]
+		s.idx.mu.RUnlock()
+		require.True(t, long, "the id went to the map of full ids")
+		return func() {
 			got, err := s.Get(ctx, "default", "d")
 			require.NoError(t, err)
 			require.Equal(t, int64(2), got.Position)
-			return
-		case <-time.After(10 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the index still holds the caller's memory through a colliding id")
-		}
-	}
+	}, "the index still holds the caller's memory through a colliding id")
 }

@@ -3,11 +3,8 @@ package sqlite_test
 import (
 	"context"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -15,31 +12,6 @@ import (
 	"github.com/anteroomhq/anteroom/session/sessiontest"
 	"github.com/anteroomhq/anteroom/session/sqlite"
 )
-
-// requireRequestCollected passes use the tail piece of a 32 KiB buffer
-// standing for a request (a token's id cut from a padded Cookie header),
-// drops the buffer, and fails unless the garbage collector frees it
-// within 10 s.
-func requireRequestCollected(t *testing.T, piece string, use func(piece string), msg string) {
-	t.Helper()
-	collected := make(chan struct{})
-	request := strings.Repeat("x", 32<<10) + piece
-	runtime.AddCleanup(unsafe.StringData(request), func(ch chan struct{}) { close(ch) }, collected)
-	use(request[len(request)-len(piece):])
-	request = ""
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		runtime.GC()
-		select {
-		case <-collected:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-	}
-}
 
 // The ids a join or a leave is given are often pieces of the request (a
 // token's id in a Cookie header a client may pad to 64 KB), and the
@@ -74,12 +46,13 @@ func TestTheWriterKeepsNoCallersIDAfterItsTransaction(t *testing.T) {
 			cfg := sessiontest.GateConfig("default", tc.limit)
 			_, err = s.Load(ctx, []string{"default"})
 			require.NoError(t, err)
-			requireRequestCollected(t, "session-id", func(id string) {
+			sessiontest.RequireFreed(t, "session-id", func(id string) func() {
 				require.NoError(t, tc.op(s, cfg, id))
 				// A later transaction with no event: the writer's batch
 				// starts over, its history scratch does not.
 				_, err := s.Update(ctx, cfg, now, 0)
 				require.NoError(t, err)
+				return nil
 			}, "the writer still holds the caller's memory through a history record's session id")
 		})
 	}
