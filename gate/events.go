@@ -23,7 +23,9 @@ import (
 // per-IP limit of the client API, like /check, because at an event's start
 // every visitor behind one address (a NAT, a proxy) asks for it at once.
 // The full answer, which carries a started event's whole pre-queue and so
-// grows with the line, is encoded per request and spends from that limit.
+// grows with the line, spends from that limit, and is cached likewise: a
+// copy per request stayed in memory for as long as its client took to
+// read it.
 func (s *Server) events(c echo.Context) error {
 	full := c.QueryParam(wire.PositionsParam) != "0"
 	if full {
@@ -36,12 +38,15 @@ func (s *Server) events(c echo.Context) error {
 	view, err := s.opts.Waitlist.PublishedEvents(gate, now)
 	if err != nil {
 		s.eventsAnswers.forget(gate)
+		s.fullEventsAnswers.forget(gate)
 		return err
 	}
-	if !full {
-		if ok, err := s.eventsAnswers.write(c, gate, view, now); ok {
-			return err
-		}
+	answers := &s.eventsAnswers
+	if full {
+		answers = &s.fullEventsAnswers
+	}
+	if ok, err := answers.write(c, gate, view, now); ok {
+		return err
 	}
 	return c.JSON(http.StatusOK, publicEvents(gate, view, now, full))
 }

@@ -25,8 +25,16 @@ import (
 // first one's encoding), and each request writes the cached bytes around
 // the server's clock, the one part of the answer that changes with every
 // request. The bytes are what
-// c.JSON writes (encoding/json, a newline after, indented for ?pretty);
-// the full answer, limited, is still encoded per request.
+// c.JSON writes (encoding/json, a newline after, indented for ?pretty).
+//
+// The full answer (each started event's whole pre-queue) is cached the
+// same way, in a cache of its own: it spends from the per-IP limit, but
+// encoded per request it was a copy of the pre-queue per request, held
+// for as long as the client took to read it, and a client that stopped
+// reading held it for as long as its connection lived (about 540 KB per
+// request at 50,000 waiters, 1.4 MB indented). Cached, every request
+// writes the same bytes. The indented form is built at its first use
+// (?pretty), once per answer: it is about twice the compact one.
 
 // echoIndent is the indentation of c.JSON under ?pretty (echo's
 // defaultIndent).
@@ -39,10 +47,36 @@ var valueJSON = []string{echo.MIMEApplicationJSON}
 // with the member's name and colon, tail starts after the value.
 type aroundNow struct{ head, tail []byte }
 
-// eventsAnswer is the snippet's answer for one PublishedEvents of a gate,
-// compact and indented. Never written once built.
+// eventsAnswer is the answer for one PublishedEvents of a gate, compact,
+// and indented once asked for. Never written once built, but for indented,
+// written once by indent.
 type eventsAnswer struct {
-	compact, indented aroundNow
+	compact aroundNow
+	// gateJSON and nowJSON are the gate's name and the time as encoded in
+	// compact: indent splits the indented form where compact was split.
+	gateJSON, nowJSON []byte
+
+	indentOnce sync.Once
+	indented   aroundNow
+	indentErr  error
+}
+
+// pretty returns the indented answer, building it at the first call. An
+// error (the compact answer does not indent as expected) is returned to
+// every call.
+func (a *eventsAnswer) pretty() (aroundNow, error) {
+	a.indentOnce.Do(func() {
+		compact := make([]byte, 0, len(a.compact.head)+len(a.nowJSON)+len(a.compact.tail))
+		compact = append(append(append(compact, a.compact.head...), a.nowJSON...), a.compact.tail...)
+		var indented bytes.Buffer
+		indented.Grow(2 * len(compact))
+		if err := json.Indent(&indented, compact, "", echoIndent); err != nil {
+			a.indentErr = fmt.Errorf("gate: indenting the events answer: %w", err)
+			return
+		}
+		a.indented, a.indentErr = splitAtNow(indented.Bytes(), "{\n"+echoIndent+`"gate": `+string(a.gateJSON)+",\n"+echoIndent+`"now": `, a.nowJSON)
+	})
+	return a.indented, a.indentErr
 }
 
 // eventsEncodeWait is how long a request waits for the encoding another
@@ -70,8 +104,8 @@ type eventsFlight struct {
 	done chan struct{} // closed when the encoding ended, well or not
 }
 
-// eventsAnswers caches the snippet's answer of each gate (by name, one
-// entry per gate the Waitlist knows): an entry serves while the gate's
+// eventsAnswers caches the snippet's answer of each gate, or the full
+// one (full), by name, one entry per gate the Waitlist knows: an entry serves while the gate's
 // PublishedEvents is the one it was encoded from. The requests that miss
 // at once (the first ones after a change) encode once: the first puts
 // its eventsFlight in the cache and encodes, the others wait for it
@@ -80,6 +114,9 @@ type eventsFlight struct {
 // for itself alone). No lock is held while encoding or waiting. An entry of another view is
 // replaced at the next request.
 type eventsAnswers struct {
+	// full: the answers cached are the full ones, with each started
+	// event's positions.
+	full   bool
 	byGate sync.Map // gate name → *eventsFlight
 
 	// Test seams (export_test.go), nil or zero in production: missed is
@@ -94,7 +131,7 @@ type eventsAnswers struct {
 // forget drops the gate's entry (the gate is unknown, maybe removed).
 func (a *eventsAnswers) forget(gate string) { a.byGate.Delete(gate) }
 
-// write answers c with the snippet's answer for view of gate at now (an
+// write answers c with the cached answer for view of gate at now (an
 // instant of view's span), encoding it when the cache holds another view
 // and no other request is encoding this one.
 // ok is false, with nothing written, when the answer is one only c.JSON
@@ -108,7 +145,9 @@ func (a *eventsAnswers) write(c echo.Context, gate string, view *session.Publish
 	}
 	parts := ans.compact
 	if _, pretty := c.QueryParams()["pretty"]; pretty || c.Echo().Debug { // as c.JSON decides
-		parts = ans.indented
+		if parts, err = ans.pretty(); err != nil {
+			return false, nil
+		}
 	}
 	bp := joinBufs.Get().(*[]byte)
 	defer joinBufs.Put(bp)
@@ -226,24 +265,20 @@ func (a *eventsAnswers) encode(gate string, view *session.PublishedEvents, now t
 			return nil, err
 		}
 	}
-	return encodeEventsAnswer(gate, view, now)
+	return encodeEventsAnswer(gate, view, now, a.full)
 }
 
-// encodeEventsAnswer encodes the snippet's answer for view of gate at now,
-// as c.JSON writes it (json.Encoder: encoding/json's bytes and a newline,
-// indented by json.Indent), split around the value of "now". Errors:
-// encoding/json's, wrapped, or one saying the answer does not start with
-// the gate and the time.
-func encodeEventsAnswer(gate string, view *session.PublishedEvents, now time.Time) (*eventsAnswer, error) {
-	compact, err := json.Marshal(publicEvents(gate, view, now, false))
+// encodeEventsAnswer encodes the answer for view of gate at now, the full
+// one when full, as c.JSON writes it (json.Encoder: encoding/json's bytes
+// and a newline; indented by json.Indent, at its first use), split around
+// the value of "now". Errors: encoding/json's, wrapped, or one saying the
+// answer does not start with the gate and the time.
+func encodeEventsAnswer(gate string, view *session.PublishedEvents, now time.Time, full bool) (*eventsAnswer, error) {
+	compact, err := json.Marshal(publicEvents(gate, view, now, full))
 	if err != nil {
 		return nil, fmt.Errorf("gate: encoding the events of gate %q: %w", gate, err)
 	}
 	compact = append(compact, '\n')
-	var indented bytes.Buffer
-	if err := json.Indent(&indented, compact, "", echoIndent); err != nil {
-		return nil, fmt.Errorf("gate: indenting the events of gate %q: %w", gate, err)
-	}
 	gateJSON, err := json.Marshal(gate)
 	if err != nil {
 		return nil, fmt.Errorf("gate: encoding the gate name %q: %w", gate, err)
@@ -252,11 +287,8 @@ func encodeEventsAnswer(gate string, view *session.PublishedEvents, now time.Tim
 	if err != nil {
 		return nil, fmt.Errorf("gate: encoding the time of the events of gate %q: %w", gate, err)
 	}
-	ans := &eventsAnswer{}
+	ans := &eventsAnswer{gateJSON: gateJSON, nowJSON: nowJSON}
 	if ans.compact, err = splitAtNow(compact, `{"gate":`+string(gateJSON)+`,"now":`, nowJSON); err != nil {
-		return nil, err
-	}
-	if ans.indented, err = splitAtNow(indented.Bytes(), "{\n"+echoIndent+`"gate": `+string(gateJSON)+",\n"+echoIndent+`"now": `, nowJSON); err != nil {
 		return nil, err
 	}
 	return ans, nil

@@ -55,7 +55,7 @@ func serveEvents(sc *gatetest.Sidecar, query string) *httptest.ResponseRecorder 
 
 // eventsQueries are the ways of asking for a gate's events: the snippet's
 // answer compact and indented (c.JSON's ?pretty, wherever it is, with or
-// without a value), and the full answer, which is not cached.
+// without a value), and the full answer (cached in a cache of its own).
 var eventsQueries = []struct {
 	name         string
 	query        string // %s: the gate

@@ -135,8 +135,8 @@ type Server struct {
 	// feed is the dashboard's live feed (adminfeed.go); nil when off.
 	feed *adminFeed
 	// eventsAnswers caches the snippet's answer to GET /api/events
-	// (events_answer.go).
-	eventsAnswers eventsAnswers
+	// (events_answer.go), fullEventsAnswers the full one.
+	eventsAnswers, fullEventsAnswers eventsAnswers
 }
 
 // New builds the Server and its routes. It returns an error when a required
@@ -165,6 +165,7 @@ func New(opts Options) (*Server, error) {
 		opts.Ready = func() error { return nil }
 	}
 	s := &Server{opts: opts, log: opts.Logger, origins: originPolicy{patterns: opts.AllowedOrigins}}
+	s.fullEventsAnswers.full = true
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
