@@ -116,8 +116,11 @@ type eventsFlight struct {
 type eventsAnswers struct {
 	// full: the answers cached are the full ones, with each started
 	// event's positions.
-	full   bool
-	byGate sync.Map // gate name → *eventsFlight
+	full bool
+	// writeTimeout is Options.WriteTimeout: each piece of an answer is
+	// written within it (writeInTime).
+	writeTimeout time.Duration
+	byGate       sync.Map // gate name → *eventsFlight
 
 	// Test seams (export_test.go), nil or zero in production: missed is
 	// called by a request that finds no answer of its view, encoding
@@ -165,8 +168,7 @@ func (a *eventsAnswers) write(c echo.Context, gate string, view *session.Publish
 	if err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b); err != nil {
 		return true, err
 	}
-	_, err = c.Response().Write(parts.tail)
-	return true, err
+	return true, writeInTime(c.Response(), parts.tail, a.writeTimeout)
 }
 
 // answer returns the answer for view of gate at now: the cached one; else

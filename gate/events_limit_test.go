@@ -25,13 +25,20 @@ import (
 // event with n sessions in its pre-queue, drawn; rl is its rate limit.
 func startedLottery(t testing.TB, n int, rl gate.RateLimitOptions) *gatetest.Sidecar {
 	t.Helper()
+	return startedLotteryWith(t, n, func(o *gate.Options) { o.RateLimit = rl })
+}
+
+// startedLotteryWith is startedLottery with the gate's options set by
+// configure.
+func startedLotteryWith(t testing.TB, n int, configure func(*gate.Options)) *gatetest.Sidecar {
+	t.Helper()
 	_, loopback, err := net.ParseCIDR("127.0.0.0/8")
 	require.NoError(t, err)
 	sc := gatetest.StartSidecar(t, gatetest.Options{
 		Gates: []session.GateConfig{gatetest.Gate("default", 1)},
 		Gate: func(o *gate.Options) {
-			o.RateLimit = rl
 			o.TrustedProxies = []*net.IPNet{loopback}
+			configure(o)
 		},
 	})
 	ctx := context.Background()

@@ -148,7 +148,9 @@ func (s *Server) forward(c echo.Context, gate, id string) {
 	w, r := c.Response(), c.Request()
 	st := &proxyState{gate: gate, session: id, cookie: len(w.Header().Values("Set-Cookie")) > 0}
 	st.body = withBodyDeadline(w, r, s.proxy.opts.BodyIdleTimeout)
-	s.proxy.reverse.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyStateKey{}, st)))
+	// The app's answer may stream for as long as the client keeps taking
+	// it (answer_deadline.go).
+	s.proxy.reverse.ServeHTTP(newTakenWriter(w, s.opts.WriteTimeout), r.WithContext(context.WithValue(r.Context(), proxyStateKey{}, st)))
 }
 
 // serveProxy lets an active session through to the upstream (refreshing its

@@ -85,6 +85,13 @@ type Options struct {
 	Ready func() error
 	// MaxBodyBytes bounds request bodies; larger ones get 413. Default 4 KiB.
 	MaxBodyBytes int64
+	// WriteTimeout bounds how long a client may take to take an answer
+	// (answer_deadline.go): the sidecar's own within it of the request's
+	// start (the full events answer within it of each 16 KB piece), a
+	// proxied one within it of each write. A client that stops reading is
+	// cut off. Sockets are not bounded by it. Default 30 s; negative: no
+	// bound.
+	WriteTimeout time.Duration
 	// Metrics, when set, is served at {base}/metrics (the Prometheus
 	// handler of package gate/metrics). Nil: that route answers 404.
 	Metrics http.Handler
@@ -158,6 +165,9 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = defaultMaxBodyBytes
 	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = defaultWriteTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -166,6 +176,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger, origins: originPolicy{patterns: opts.AllowedOrigins}}
 	s.fullEventsAnswers.full = true
+	s.eventsAnswers.writeTimeout, s.fullEventsAnswers.writeTimeout = opts.WriteTimeout, opts.WriteTimeout
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -246,8 +257,14 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. Every answer is to be taken within
+// WriteTimeout of now (answer_deadline.go).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d := s.opts.WriteTimeout; d > 0 {
+		setWriteDeadline(w, time.Now().Add(d))
+	}
+	s.echo.ServeHTTP(w, r)
+}
 
 // closedRetryAfter is the Retry-After of a gate_closed answer, in seconds.
 const closedRetryAfter = "60"

@@ -4,6 +4,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -13,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anteroomhq/anteroom/gate"
+	"github.com/anteroomhq/anteroom/gate/gatetest"
+	"github.com/anteroomhq/anteroom/session"
 )
 
 // A client that asks for an answer and never reads it leaves the server's
@@ -120,4 +125,103 @@ func TestASlowReaderOfTheFullEventsAnswerHoldsNoCopyOfIt(t *testing.T) {
 		t.Logf("heap per stalled reader of /api/events%s (answer %d B): %.0f B; of the snippet's answer: %.0f B", q, size, held, baseline)
 		assert.Less(t, held-baseline, float64(size)/8, "a reader of /api/events%s that stopped holds a copy of the pre-queue", q)
 	}
+}
+
+// A client that asks for an answer and stops reading it is cut off once
+// WriteTimeout passes (the server closes the connection), whichever
+// answer it is: the sidecar's own, small or large, or the app's through
+// the proxy. Before, the write waited for as long as the connection lived.
+func TestAReaderThatStopsIsCutOff(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	withTimeout := func(o *gate.Options) { o.WriteTimeout = timeout }
+	big := strings.Repeat("x", 1<<20)
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, big) }))
+	t.Cleanup(app.Close)
+	upstream, err := url.Parse(app.URL)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) (*gatetest.Sidecar, string)
+	}{
+		{"the snippet", func(t *testing.T) (*gatetest.Sidecar, string) {
+			return gatetest.StartSidecar(t, gatetest.Options{Gates: []session.GateConfig{gatetest.Gate("default", 1)}, Gate: withTimeout}),
+				"GET " + base + "/anteroom.js HTTP/1.1\r\nHost: x\r\n\r\n"
+		}},
+		{"the full events answer", func(t *testing.T) (*gatetest.Sidecar, string) {
+			return startedLotteryWith(t, 20_000, withTimeout), "GET " + base + "/api/events HTTP/1.1\r\nHost: x\r\n\r\n"
+		}},
+		{"the app's answer through the proxy", func(t *testing.T) (*gatetest.Sidecar, string) {
+			sc := gatetest.StartSidecar(t, gatetest.Options{Gates: []session.GateConfig{gatetest.Gate("default", 1)}, Gate: func(o *gate.Options) {
+				withTimeout(o)
+				o.Proxy = gate.ProxyOptions{Upstream: upstream}
+			}})
+			_, err := sc.Waitlist.Join(t.Context(), "default", "admitted")
+			require.NoError(t, err)
+			return sc, "GET /big HTTP/1.1\r\nHost: x\r\nCookie: " + gate.CookieName + "=" + sc.Token(t, "admitted") + "\r\n\r\n"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc, request := tc.start(t)
+			srv := serveWAN(t, sc.Handler)
+			srv.slowReader(t, request)
+			require.Eventually(t, func() bool { return srv.closed.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
+				"a client that stopped reading is still served")
+		})
+	}
+}
+
+// What is bounded is the time to take each piece, not the whole answer: a
+// client that reads slowly but steadily gets all of a large answer of the
+// sidecar's own, and all of the app's answer when the app pauses longer
+// than WriteTimeout, before its headers and in the middle of its body.
+func TestASlowButSteadyReaderIsServed(t *testing.T) {
+	const timeout = time.Second
+	withTimeout := func(o *gate.Options) { o.WriteTimeout = timeout }
+
+	t.Run("the full events answer", func(t *testing.T) {
+		sc := startedLotteryWith(t, 50_000, withTimeout)
+		code, want := httpDo(t, http.MethodGet, sc.URL+base+"/api/events", "", "")
+		require.Equal(t, http.StatusOK, code)
+		srv := serveWAN(t, sc.Handler)
+		c := srv.slowReader(t, "GET "+base+"/api/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		var got []byte
+		buf := make([]byte, 4<<10)
+		began := time.Now()
+		for {
+			n, err := c.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				require.ErrorIs(t, err, io.EOF)
+				break
+			}
+			time.Sleep(25 * time.Millisecond) // about 160 KB/s: a piece in a tenth of the timeout
+		}
+		took := time.Since(began)
+		_, body, ok := strings.Cut(string(got), "\r\n\r\n")
+		require.True(t, ok)
+		require.Greater(t, took, 2*timeout, "the test reads too fast to show anything")
+		assert.Equal(t, string(want), body, "read over %v", took)
+	})
+
+	t.Run("the app's answer with pauses", func(t *testing.T) {
+		app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(2 * timeout)
+			_, _ = io.WriteString(w, "first\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(2 * timeout)
+			_, _ = io.WriteString(w, "second\n")
+		}))
+		t.Cleanup(app.Close)
+		upstream, err := url.Parse(app.URL)
+		require.NoError(t, err)
+		sc := gatetest.StartSidecar(t, gatetest.Options{Gates: []session.GateConfig{gatetest.Gate("default", 1)}, Gate: func(o *gate.Options) {
+			withTimeout(o)
+			o.Proxy = gate.ProxyOptions{Upstream: upstream}
+		}})
+		_, err = sc.Waitlist.Join(t.Context(), "default", "admitted")
+		require.NoError(t, err)
+		code, body := httpDo(t, http.MethodGet, sc.URL+"/stream", sc.Token(t, "admitted"), "")
+		assert.Equal(t, http.StatusOK, code)
+		assert.Equal(t, "first\nsecond\n", string(body))
+	})
 }
