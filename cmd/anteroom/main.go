@@ -143,7 +143,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 	// Retry-After. The full handler replaces that one when loaded. The same
 	// bounds in every mode: in reverse-proxy mode too a request must arrive
 	// within the read timeout, but for a proxied body, which may take as long
-	// as it keeps arriving (gate.ProxyOptions.BodyIdleTimeout).
+	// as it keeps arriving (gate.ProxyOptions.BodyIdleTimeout); and an answer
+	// must be taken within the write timeout, but for a proxied one, which
+	// may take as long as the client keeps taking it (gate.Options.WriteTimeout).
 	timeouts := defaultTimeouts
 	var current switchHandler
 	current.set(startingHandler{})
@@ -246,6 +248,9 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 		AllowedOrigins: cfg.AllowedOrigins,
 		AdminToken:     cfg.AdminToken,
 		RateLimit:      gate.RateLimitOptions{PerSecond: *cfg.RateLimit.PerSecond, Burst: cfg.RateLimit.Burst},
+		// A client that stops reading an answer is cut off (the server has
+		// no write timeout, for proxied answers that stream).
+		WriteTimeout:   timeouts.write,
 		TrustedProxies: trusted,
 		Logger:         log,
 		Metrics:        met.Handler(),
@@ -308,15 +313,18 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer, 
 // arrive within readHeader, the whole request within read (0: no bound),
 // and an idle keep-alive connection is closed after idle. Websockets are
 // not cut by read: net/http clears the deadline once a request without a
-// body is read, and the hijacked connection keeps none.
+// body is read, and the hijacked connection keeps none. write bounds slow
+// readers: the gate gives each answer that long to be taken
+// (gate.Options.WriteTimeout), each write of a proxied one.
 type serverTimeouts struct {
-	readHeader, read, idle time.Duration
+	readHeader, read, idle, write time.Duration
 }
 
-var defaultTimeouts = serverTimeouts{readHeader: 10 * time.Second, read: 30 * time.Second, idle: 2 * time.Minute}
+var defaultTimeouts = serverTimeouts{readHeader: 10 * time.Second, read: 30 * time.Second, idle: 2 * time.Minute, write: 30 * time.Second}
 
 // newHTTPServer is the sidecar's http.Server. There is no write timeout:
-// proxied responses may stream for long.
+// proxied responses may stream for long (the gate bounds each of their
+// writes, and the sidecar's own answers, with serverTimeouts.write).
 func newHTTPServer(h http.Handler, log *slog.Logger, t serverTimeouts) *http.Server {
 	return &http.Server{
 		Handler:           h,

@@ -114,6 +114,37 @@ func TestReverseProxyModeBoundsStalledBodiesNotWebsockets(t *testing.T) {
 	assert.Equal(t, "still here", string(data))
 }
 
+// The write timeout reaches the gate: a client that asks for a large
+// answer and stops reading is cut off once it passes, instead of holding
+// the connection (its goroutine, buffers and upstream connection) for as
+// long as it likes; the answer is larger than what the kernel's buffers
+// on loopback take.
+func TestAClientThatStopsReadingIsCutOff(t *testing.T) {
+	const writeTimeout = 300 * time.Millisecond
+	saved := defaultTimeouts
+	defaultTimeouts.write = writeTimeout
+	t.Cleanup(func() { defaultTimeouts = saved })
+	const size = 64 << 20
+	big := strings.Repeat("x", size)
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, big) }))
+	t.Cleanup(app.Close)
+	addr, cookie := startProxy(t, app.URL)
+
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "GET /big HTTP/1.1\r\nHost: %s\r\nCookie: %s\r\nConnection: close\r\n\r\n", addr, cookie)
+	require.NoError(t, err)
+	// Network deadlines run on the real clock: stop reading for well
+	// over the write timeout, then take what the server still sends.
+	time.Sleep(10 * writeTimeout)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+	n, err := io.Copy(io.Discard, conn)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server neither sent the rest nor closed")
+	assert.Less(t, n, int64(size), "the server waited for a client that stopped reading, then sent it all")
+}
+
 // upstream_timeout reaches the proxy: an app that does not answer gives 504.
 func TestUpstreamTimeoutIsWired(t *testing.T) {
 	addr, cookie := startProxy(t, proxyApp(t).URL, "ANTEROOM_UPSTREAM_TIMEOUT=300ms")
