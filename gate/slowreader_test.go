@@ -225,3 +225,19 @@ func TestASlowButSteadyReaderIsServed(t *testing.T) {
 		assert.Equal(t, "first\nsecond\n", string(body))
 	})
 }
+
+// Sockets are not answers: one opened on a sidecar with a short
+// WriteTimeout still gets the gate's changes long after it (net/http
+// clears the deadline set for the upgrade's answer when the hub takes the
+// connection).
+func TestSocketsOutliveTheWriteTimeout(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	h := newHarnessWith(t, 1, func(o *gate.Options) { o.WriteTimeout = timeout })
+	conn := dialWith(t, h, "?gate=default", nil)
+	require.Equal(t, "global", read(t, conn).Type)
+	time.Sleep(3 * timeout) // network deadlines run on the real clock
+	h.join(t, newClient(t))
+	m := read(t, conn)
+	assert.Equal(t, "global", m.Type)
+	assert.EqualValues(t, 1, m.Active, "the socket still gets the gate's changes")
+}
