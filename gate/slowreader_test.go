@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,15 +67,10 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 // writing it), then nothing more.
 func (w *wanServer) slowReader(t *testing.T, request string) net.Conn {
 	t.Helper()
-	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2<<10)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
+	if smallReceiveBuffer == nil {
+		t.Skip("a receive buffer set before connecting is set here on unix systems only")
+	}
+	d := net.Dialer{Control: smallReceiveBuffer}
 	c, err := d.Dial("tcp", w.addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
