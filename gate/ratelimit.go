@@ -4,8 +4,10 @@ import (
 	"hash/maphash"
 	"math"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,13 +51,57 @@ func clientIP(trusted []*net.IPNet) echo.IPExtractor {
 	if len(trusted) == 0 {
 		return echo.ExtractIPDirect()
 	}
-	// echo trusts loopback, link-local and private ranges unless told not
-	// to: trust exactly what was configured.
-	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
-	for _, n := range trusted {
-		opts = append(opts, echo.TrustIPRange(n))
+	direct := echo.ExtractIPDirect()
+	return func(r *http.Request) string { return forwardedClient(r, direct(r), trusted) }
+}
+
+// forwardedClient is echo.ExtractIPFromXFFHeader trusting exactly the
+// trusted networks (not loopback, link-local or private ones unless
+// listed), answer for answer, without its copy of the header: echo split
+// the whole list into a slice before reading its last entry, about 2 MB
+// for 60 KB of commas, on every request the rate limit counts, from any
+// peer. This reads the entries from the right, the peer's address first,
+// and stops at the first it does not trust: the peer's own when the peer
+// is not a trusted proxy. Several header lines are one list. An entry
+// that does not parse answers the peer's address (direct); an untrusted
+// one, itself as net.IP prints it; when all are trusted, the leftmost.
+func forwardedClient(r *http.Request, direct string, trusted []*net.IPNet) string {
+	lines := r.Header[echo.HeaderXForwardedFor]
+	if len(lines) == 0 {
+		return direct
 	}
-	return echo.ExtractIPFromXFFHeader(opts...)
+	// entry reports the client an entry names, if it ends the walk.
+	entry := func(s string) (string, bool) {
+		s = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(s), "["), "]")
+		ip := net.ParseIP(s)
+		if ip == nil {
+			return direct, true
+		}
+		for _, n := range trusted {
+			if n.Contains(ip) {
+				return s, false
+			}
+		}
+		return ip.String(), true
+	}
+	last, done := entry(direct)
+	if done {
+		return last
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for {
+			j := strings.LastIndexByte(line, ',')
+			if last, done = entry(line[j+1:]); done {
+				return last
+			}
+			if j < 0 {
+				break
+			}
+			line = line[:j]
+		}
+	}
+	return strings.TrimSpace(last) // every entry trusted: the leftmost
 }
 
 // rateKey is the client an address belongs to: an IPv4 address, or the
