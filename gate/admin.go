@@ -237,7 +237,7 @@ func (s *Server) adminListGates(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, out)
+	return writeJSON(c, http.StatusOK, out)
 }
 
 // adminGates is the answer of GET gates (and what the feed sends).
@@ -261,7 +261,7 @@ func (s *Server) adminGate(c echo.Context, status int, name string) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(status, adminGateOf(st))
+	return writeJSON(c, status, adminGateOf(st))
 }
 
 func (s *Server) adminGetGate(c echo.Context) error {

@@ -173,7 +173,7 @@ func (s *Server) adminHistory(c echo.Context) error {
 		out.Records[i] = adminHistoryRecord(r)
 	}
 	if !csvOut {
-		return c.JSON(http.StatusOK, out)
+		return writeJSON(c, http.StatusOK, out)
 	}
 	body, err := historyCSV(out)
 	if err != nil {

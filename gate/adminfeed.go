@@ -145,7 +145,7 @@ func (s *Server) adminFeedTicket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, feedTicketResponse{Ticket: t, ExpiresIn: int(feedTicketTTL / time.Second)})
+	return writeJSON(c, http.StatusOK, feedTicketResponse{Ticket: t, ExpiresIn: int(feedTicketTTL / time.Second)})
 }
 
 // adminFeedSocket is GET feed: origin first (the sidecar's own or
@@ -156,7 +156,7 @@ func (s *Server) adminFeedSocket(c echo.Context) error {
 	if !s.origins.allowed(r) {
 		return apiError(codeCrossOrigin, "the admin feed is not open to pages of this origin (allowed_origins)")
 	}
-	if !s.feed.redeem(r.URL.Query().Get("ticket")) {
+	if !s.feed.redeem(query(c, "ticket")) {
 		return apiError(codeInvalidTicket, "feed ticket missing, invalid, used or expired: ask POST feed/ticket for a new one")
 	}
 	if !s.feed.acquire() {

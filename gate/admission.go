@@ -272,7 +272,7 @@ func (s *Server) redeem(c echo.Context) error {
 	default:
 		return err
 	}
-	return c.JSON(http.StatusOK, redeemResponse{JTI: rec.ID, Gate: rec.Gate, Session: rec.Session,
+	return writeJSON(c, http.StatusOK, redeemResponse{JTI: rec.ID, Gate: rec.Gate, Session: rec.Session,
 		IssuedAt: rec.IssuedAt.UTC(), ExpiresAt: rec.Expires.UTC(), RedeemedAt: rec.Redeemed.UTC()})
 }
 

@@ -27,7 +27,7 @@ import (
 // copy per request stayed in memory for as long as its client took to
 // read it.
 func (s *Server) events(c echo.Context) error {
-	full := c.QueryParam(wire.PositionsParam) != "0"
+	full := query(c, wire.PositionsParam) != "0"
 	if full {
 		if err := s.allowJoin(c); err != nil {
 			return err
@@ -48,7 +48,7 @@ func (s *Server) events(c echo.Context) error {
 	if ok, err := answers.write(c, gate, view, now); ok {
 		return err
 	}
-	return c.JSON(http.StatusOK, publicEvents(gate, view, now, full))
+	return writeJSON(c, http.StatusOK, publicEvents(gate, view, now, full))
 }
 
 func eventsView(gate string, evs []session.ScheduledEvent, now time.Time) wire.EventsView {
@@ -85,7 +85,7 @@ func (s *Server) adminListEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, eventsView(gate, evs, s.opts.Waitlist.Now()))
+	return writeJSON(c, http.StatusOK, eventsView(gate, evs, s.opts.Waitlist.Now()))
 }
 
 // readEvent reads and checks an event body for gate; id is the path's
@@ -157,7 +157,7 @@ func (s *Server) adminAddEvent(c echo.Context) error {
 		return err
 	}
 	s.log.Info("anteroom: event added through the admin API", "gate", ev.Gate, "event", ev.ID, "client", c.RealIP())
-	return c.JSON(http.StatusCreated, wire.NewEventView(saved, s.opts.Waitlist.Now()))
+	return writeJSON(c, http.StatusCreated, wire.NewEventView(saved, s.opts.Waitlist.Now()))
 }
 
 func (s *Server) adminReplaceEvent(c echo.Context) error {
@@ -170,7 +170,7 @@ func (s *Server) adminReplaceEvent(c echo.Context) error {
 		return err
 	}
 	s.log.Info("anteroom: event changed through the admin API", "gate", ev.Gate, "event", ev.ID, "client", c.RealIP())
-	return c.JSON(http.StatusOK, wire.NewEventView(saved, s.opts.Waitlist.Now()))
+	return writeJSON(c, http.StatusOK, wire.NewEventView(saved, s.opts.Waitlist.Now()))
 }
 
 func (s *Server) adminRemoveEvent(c echo.Context) error {

@@ -147,7 +147,7 @@ func (a *eventsAnswers) write(c echo.Context, gate string, view *session.Publish
 		return false, nil
 	}
 	parts := ans.compact
-	if _, pretty := c.QueryParams()["pretty"]; pretty || c.Echo().Debug { // as c.JSON decides
+	if pretty(c) { // as c.JSON decides
 		if parts, err = ans.pretty(); err != nil {
 			return false, nil
 		}

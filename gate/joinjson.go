@@ -192,7 +192,7 @@ func (s *Server) writeJoin(c echo.Context, view *session.SessionView, tok string
 		}
 		joinBufs.Put(bp)
 	}
-	return c.JSON(http.StatusOK, joinResponse{SessionView: *view, Token: tok})
+	return writeJSON(c, http.StatusOK, joinResponse{SessionView: *view, Token: tok})
 }
 
 // writeGlobal answers {base}/api/global as writeJoin answers a join.
@@ -208,7 +208,7 @@ func writeGlobal(c echo.Context, view *session.GlobalView) error {
 		}
 		joinBufs.Put(bp)
 	}
-	return c.JSON(http.StatusOK, view)
+	return writeJSON(c, http.StatusOK, view)
 }
 
 var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}

@@ -80,7 +80,7 @@ func (s *Server) notify(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, view)
+	return writeJSON(c, http.StatusOK, view)
 }
 
 // Referrer policies of the claim link's answers. The page sends only its
@@ -215,11 +215,7 @@ func claimLinkFields(c echo.Context) (ticket, next string) {
 		form, _ := c.Get(ctxClaimForm).(url.Values)
 		return form.Get("ticket"), form.Get("next")
 	}
-	if r.URL.RawQuery == "" {
-		return "", ""
-	}
-	// echo's parse of the query, the one gateOf reads too.
-	return c.QueryParam("ticket"), c.QueryParam("next")
+	return query(c, "ticket"), query(c, "next")
 }
 
 // maxClaimNext bounds, in bytes once form-encoded, the next a claim link

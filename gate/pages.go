@@ -38,7 +38,7 @@ func (s *Server) waitingPage(c echo.Context) error {
 	if cfg.Mode == session.ModeReject && !s.hasSession(r, gate) {
 		return s.renderClosedPage(c, gate)
 	}
-	next := c.QueryParam("next")
+	next := query(c, "next")
 	if !wire.LocalPath(next) {
 		next = ""
 	}
@@ -133,7 +133,7 @@ func (s *Server) demoSecret(c echo.Context) error {
 		}
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]string{
+	return writeJSON(c, http.StatusOK, map[string]string{
 		"message": "You are in: this JSON came from a route protected by validateSessionAndRefreshLastActive.",
 		"session": id,
 	})

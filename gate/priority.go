@@ -55,10 +55,10 @@ func (s *Server) spendCodeAttempt(c echo.Context) error {
 // priority, the code's status and error beside the join's body.
 func (s *Server) answerJoin(c echo.Context, resp joinResponse, codeErr error) error {
 	if codeErr == nil {
-		return c.JSON(http.StatusOK, resp)
+		return writeJSON(c, http.StatusOK, resp)
 	}
 	d := errorDetail(codeErr)
-	return c.JSON(wire.Status(d.Code), joinCodeResponse{joinResponse: resp, Error: d})
+	return writeJSON(c, wire.Status(d.Code), joinCodeResponse{joinResponse: resp, Error: d})
 }
 
 // newCode returns a fresh code: 128 random bits in 26 characters of
@@ -138,7 +138,7 @@ func (s *Server) createCode(c echo.Context, gate string, req codeRequest) error 
 		return err
 	}
 	s.log.Info("anteroom: priority code created", "gate", gate, "id", pc.ID[:16], "uses", pc.MaxUses, "expires", pc.ExpiresAt, "label", pc.Label, "client", c.RealIP())
-	return c.JSON(http.StatusCreated, createdCode{PriorityCode: pc, Code: code})
+	return writeJSON(c, http.StatusCreated, createdCode{PriorityCode: pc, Code: code})
 }
 
 // adminCodeRoutes registers the codes of the admin API under b (the admin
@@ -172,7 +172,7 @@ func (s *Server) adminListCodes(c echo.Context) error {
 	if list == nil {
 		list = []session.PriorityCode{}
 	}
-	return c.JSON(http.StatusOK, codeList{Codes: list})
+	return writeJSON(c, http.StatusOK, codeList{Codes: list})
 }
 
 func (s *Server) adminDeleteCode(c echo.Context) error {

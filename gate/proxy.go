@@ -207,7 +207,7 @@ func (s *Server) serveProxy(c echo.Context) error {
 		return s.renderWaitingPage(c, gate, "")
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return c.JSON(http.StatusServiceUnavailable, view)
+	return writeJSON(c, http.StatusServiceUnavailable, view)
 }
 
 // joinFromPage joins the request's session (a new one when fresh, then

@@ -336,12 +336,8 @@ func (s *Server) sessionID(r *http.Request) (string, bool) {
 // then fromBody, then the default.
 func (s *Server) gateOf(c echo.Context, fromBody string) string {
 	r := c.Request()
-	if r.URL.RawQuery != "" {
-		// echo parses the query once per request (and a request without
-		// one is never parsed).
-		if g := c.QueryParam("gate"); g != "" {
-			return g
-		}
+	if g := query(c, wire.GateParam); g != "" {
+		return g
 	}
 	if g := r.Header.Get(GateHeader); g != "" {
 		return g
@@ -350,6 +346,31 @@ func (s *Server) gateOf(c echo.Context, fromBody string) string {
 		return fromBody
 	}
 	return s.opts.DefaultGate
+}
+
+// query returns the first value of the request's query parameter name
+// (wire.Query): a route reads the parameters it needs without parsing the
+// rest of the query, which a client may pad with thousands.
+func query(c echo.Context, name string) string {
+	v, _ := wire.Query(c.Request().URL.RawQuery, name)
+	return v
+}
+
+// pretty reports whether an answer is to be indented: ?pretty (or echo's
+// debug mode), as c.JSON decides, without its parse of the whole query.
+func pretty(c echo.Context) bool {
+	_, ok := wire.Query(c.Request().URL.RawQuery, "pretty")
+	return ok || c.Echo().Debug
+}
+
+// writeJSON is c.JSON, the same bytes, without its parse of the whole
+// query for ?pretty (pretty).
+func writeJSON(c echo.Context, code int, v any) error {
+	indent := ""
+	if pretty(c) {
+		indent = "  " // echo's
+	}
+	return c.JSONPretty(code, v, indent)
 }
 
 // readBody reads the request body up to the limit; a larger body is a 413.
@@ -617,9 +638,9 @@ func (s *Server) status(c echo.Context) error {
 			return err
 		}
 		s.setCookie(c, tok)
-		return c.JSON(http.StatusOK, joinResponse{SessionView: view, Token: tok})
+		return writeJSON(c, http.StatusOK, joinResponse{SessionView: view, Token: tok})
 	}
-	return c.JSON(http.StatusOK, view)
+	return writeJSON(c, http.StatusOK, view)
 }
 
 func (s *Server) global(c echo.Context) error {
@@ -768,7 +789,7 @@ func (s *Server) admin(r *http.Request) bool {
 }
 
 func (s *Server) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return writeJSON(c, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // readyz answers 200 while the sidecar can serve, else 503 unavailable.
@@ -781,7 +802,7 @@ func (s *Server) readyz(c echo.Context) error {
 	if err != nil {
 		return apiError(session.CodeUnavailable, "not ready: the reason is in the sidecar's log")
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	return writeJSON(c, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // unreadyLog logs why the sidecar is not ready when the reason changes,

@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/anteroomhq/anteroom/gate/token"
+	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
@@ -35,7 +36,7 @@ func (s *Server) ticket(c echo.Context) error {
 		return err
 	}
 	if req.Purpose == "" {
-		req.Purpose = c.QueryParam("purpose")
+		req.Purpose = query(c, "purpose")
 	}
 	if req.Purpose == "" {
 		req.Purpose = token.PurposeWS
@@ -55,7 +56,7 @@ func (s *Server) ticket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ticketResponse{Ticket: t, Purpose: req.Purpose, Gate: gate, ExpiresIn: int(token.TicketTTL.Seconds())})
+	return writeJSON(c, http.StatusOK, ticketResponse{Ticket: t, Purpose: req.Purpose, Gate: gate, ExpiresIn: int(token.TicketTTL.Seconds())})
 }
 
 // ticketSession returns the session a ?ticket= of purpose names at gate. It
@@ -65,7 +66,7 @@ func (s *Server) ticketSession(r *http.Request, purpose, gate string) (string, b
 	if r.URL.RawQuery == "" {
 		return "", false, nil
 	}
-	t := r.URL.Query().Get("ticket")
+	t, _ := wire.Query(r.URL.RawQuery, "ticket")
 	if t == "" {
 		return "", false, nil
 	}

@@ -128,11 +128,15 @@ func SessionClaims(r *http.Request, signer *token.Signer) (token.Claims, bool) {
 	return token.Claims{}, false
 }
 
+// queryToken is the request's ?session=, read without parsing the rest of
+// the query (wire.Query): a host app's request, or the sidecar's, may
+// carry thousands of parameters.
 func queryToken(r *http.Request) string {
-	if r.URL == nil || r.URL.RawQuery == "" {
+	if r.URL == nil {
 		return ""
 	}
-	return r.URL.Query().Get(wire.SessionParam)
+	v, _ := wire.Query(r.URL.RawQuery, wire.SessionParam)
+	return v
 }
 
 // credentials are the places a token may be, unverified.

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"iter"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -241,6 +242,84 @@ func eachCookie(h http.Header, name string, f func(string) bool) {
 			}
 		}
 	}
+}
+
+// maxQueryParams is net/url's default bound on a query's parameters
+// (GODEBUG urlmaxqueryparams): url.ParseQuery parses no query with more.
+const maxQueryParams = 10000
+
+// Query returns the first value of the query parameter name in the raw
+// query, and whether there is one: what url.ParseQuery(raw) and then
+// Values.Get and Has answer (under net/url's default bound on the number
+// of parameters, past which it reads none), without parsing the rest. Keys
+// and values are unescaped as url.QueryUnescape does; a parameter holding
+// ';', or whose key or value does not unescape, is skipped. Parsing the
+// whole query cost about 2 ms and 9,000 allocations for 9,000 parameters,
+// on every request that read one of them; this costs a scan of the query
+// and does not allocate unless the value is escaped.
+func Query(raw, name string) (string, bool) {
+	if raw == "" || name == "" || strings.Count(raw, "&") >= maxQueryParams {
+		return "", false
+	}
+	for raw != "" {
+		var part string
+		part, raw, _ = strings.Cut(raw, "&")
+		// A key that unescapes to name starts with its first byte or an
+		// escape: most parameters are passed over on their first byte.
+		if part == "" || (part[0] != name[0] && part[0] != '%' && part[0] != '+') {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		if !queryKeyIs(k, name) || strings.IndexByte(part, ';') >= 0 {
+			continue
+		}
+		if val, err := url.QueryUnescape(v); err == nil {
+			return val, true
+		}
+	}
+	return "", false
+}
+
+// queryKeyIs reports whether the raw key k unescapes (url.QueryUnescape)
+// without error to name, decoding as it compares: no copy of k is made.
+func queryKeyIs(k, name string) bool {
+	// An escape is three bytes for one, '+' one for one.
+	if len(k) < len(name) || len(k) > 3*len(name) {
+		return false
+	}
+	j := 0
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch c {
+		case '%':
+			if i+2 >= len(k) || !isHex(k[i+1]) || !isHex(k[i+2]) {
+				return false // QueryUnescape fails: ParseQuery skips the parameter
+			}
+			c = unhex(k[i+1])<<4 | unhex(k[i+2])
+			i += 2
+		case '+':
+			c = ' '
+		}
+		if j >= len(name) || name[j] != c {
+			return false
+		}
+		j++
+	}
+	return j == len(name)
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // LocalPath reports whether p is a path on this origin, safe to send a
