@@ -52,14 +52,15 @@ func canonicalPath(u *url.URL) (string, error) {
 }
 
 // ambiguousEscape returns the index of the first %2e, %2f, %5c, %3b or %00
-// (any case) in s, or -1.
+// (any case) in s, or -1. It looks at each escape in place: lowering its
+// digits into a new string cost an allocation per escape.
 func ambiguousEscape(s string) int {
 	for i := 0; i+2 < len(s); i++ {
 		if s[i] != '%' {
 			continue
 		}
-		switch strings.ToLower(s[i+1 : i+3]) {
-		case "2e", "2f", "5c", "3b", "00":
+		switch hi, lo := s[i+1], s[i+2]|0x20; { // lo in lower case, if a letter
+		case hi == '2' && (lo == 'e' || lo == 'f'), hi == '5' && lo == 'c', hi == '3' && lo == 'b', hi == '0' && s[i+2] == '0':
 			return i
 		}
 	}
