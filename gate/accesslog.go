@@ -26,7 +26,8 @@ const accessLogKeyLen = 32
 const maxLoggedPath = 256
 
 // note records, for the access log, the gate and session a handler
-// resolved (a join's new session, a body's gate, a ticket's session). It
+// resolved (a join's new session, a body's gate, a ticket's session; ""
+// for none): the log takes it as found and verifies no token again. It
 // costs nothing when the access log is off.
 func (s *Server) note(c echo.Context, gate, id string) {
 	if !s.opts.AccessLog {
@@ -58,12 +59,12 @@ func (s *Server) accessLog(key []byte) (echo.MiddlewareFunc, error) {
 			}
 			r := c.Request()
 			gate, _ := c.Get(ctxLogGate).(string)
-			id, _ := c.Get(ctxLogSession).(string)
+			id, noted := c.Get(ctxLogSession).(string)
 			if p := r.URL.Path; p == base || strings.HasPrefix(p, base+"/") {
 				if gate == "" {
 					gate = s.gateOf(c, "")
 				}
-				if id == "" {
+				if !noted { // a handler that noted none found none: no token is verified twice
 					id, _ = s.sessionID(r)
 				}
 			}

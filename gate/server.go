@@ -620,6 +620,7 @@ func (s *Server) status(c echo.Context) error {
 		return err
 	}
 	claims, ok := guard.SessionClaims(r, s.opts.Signer)
+	s.note(c, gate, claims.ID)
 	if !ok {
 		return apiError(session.CodeNotFound, "no session: join first")
 	}
@@ -657,6 +658,7 @@ func (s *Server) check(c echo.Context) error {
 	r := c.Request()
 	gate := s.gateOf(c, "")
 	id, ok := s.sessionID(r)
+	s.note(c, gate, id)
 	if !ok {
 		if _, err := s.opts.Waitlist.GateConfig(gate); err != nil {
 			return err
