@@ -146,6 +146,7 @@ func (p *proxy) protects(path string) bool {
 // ("" on a bypassed path).
 func (s *Server) forward(c echo.Context, gate, id string) {
 	w, r := c.Response(), c.Request()
+	r.URL.RawQuery = forwardQuery(r.URL.RawQuery)
 	st := &proxyState{gate: gate, session: id, cookie: len(w.Header().Values("Set-Cookie")) > 0}
 	st.body = withBodyDeadline(w, r, s.proxy.opts.BodyIdleTimeout)
 	// The app's answer may stream for as long as the client keeps taking

@@ -96,3 +96,59 @@ func hasPathPrefix(p, prefix string, fold bool) bool {
 	}
 	return strings.HasSuffix(prefix, "/") && len(prefix) > 1 && eq(p, prefix[:len(prefix)-1])
 }
+
+// maxForwardedParams is net/url's default bound on a query's parameters
+// (GODEBUG urlmaxqueryparams), past which httputil.ReverseProxy forwards
+// no query at all.
+const maxForwardedParams = 10000
+
+// forwardQuery returns the query proxy mode sends the app for raw: raw
+// itself when httputil.ReverseProxy passes it on unchanged (no ';', every
+// '%' the start of an escape), else raw without the parameters
+// url.ParseQuery drops (those holding ';' or a '%' that is no escape, and
+// empty ones), the others as sent and in their order, so that the reverse
+// proxy then passes it on unchanged. The reverse proxy re-encoded such a
+// query whole itself (url.ParseQuery, then Values.Encode, which sorts the
+// keys): about 6 ms and 30,000 allocations for 9,000 parameters, on any
+// bypassed path and without a session. The app parses the same values as
+// from the re-encoded query; only their order and their escapes are as
+// the client sent them. A query of more parameters than net/url parses is
+// dropped, as the reverse proxy drops it.
+func forwardQuery(raw string) string {
+	if !reencoded(raw) {
+		return raw
+	}
+	if strings.Count(raw, "&") >= maxForwardedParams {
+		return ""
+	}
+	var b strings.Builder
+	b.Grow(len(raw))
+	for part := range strings.SplitSeq(raw, "&") {
+		if part == "" || reencoded(part) {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
+}
+
+// reencoded reports whether httputil.ReverseProxy would re-encode the query
+// s, under net/url's default bound on the parameters: it holds ';', or a
+// '%' not followed by two hex digits, or more parameters than the bound.
+func reencoded(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ';':
+			return true
+		case '%':
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return true
+			}
+			i += 2
+		}
+	}
+	return strings.Count(s, "&") >= maxForwardedParams
+}
