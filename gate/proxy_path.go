@@ -121,16 +121,33 @@ func forwardQuery(raw string) string {
 	if strings.Count(raw, "&") >= maxForwardedParams {
 		return ""
 	}
+	// One pass: a parameter is kept, when it ends, unless it was empty or
+	// held a ';' or a '%' that is no escape ('&' is no hex digit, so an
+	// escape never runs into the next parameter).
 	var b strings.Builder
 	b.Grow(len(raw))
-	for part := range strings.SplitSeq(raw, "&") {
-		if part == "" || reencoded(part) {
+	start, keep := 0, true
+	for i := 0; i <= len(raw); i++ {
+		if i == len(raw) || raw[i] == '&' {
+			if keep && i > start {
+				if b.Len() > 0 {
+					b.WriteByte('&')
+				}
+				b.WriteString(raw[start:i])
+			}
+			start, keep = i+1, true
 			continue
 		}
-		if b.Len() > 0 {
-			b.WriteByte('&')
+		switch raw[i] {
+		case ';':
+			keep = false
+		case '%':
+			if i+2 >= len(raw) || !isHex(raw[i+1]) || !isHex(raw[i+2]) {
+				keep = false
+			} else {
+				i += 2
+			}
 		}
-		b.WriteString(part)
 	}
 	return b.String()
 }
@@ -139,16 +156,18 @@ func forwardQuery(raw string) string {
 // s, under net/url's default bound on the parameters: it holds ';', or a
 // '%' not followed by two hex digits, or more parameters than the bound.
 func reencoded(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case ';':
+	if strings.IndexByte(s, ';') >= 0 {
+		return true
+	}
+	for i := strings.IndexByte(s, '%'); i >= 0; {
+		if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
 			return true
-		case '%':
-			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
-				return true
-			}
-			i += 2
 		}
+		j := strings.IndexByte(s[i+3:], '%')
+		if j < 0 {
+			break
+		}
+		i += 3 + j
 	}
 	return strings.Count(s, "&") >= maxForwardedParams
 }
