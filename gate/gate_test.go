@@ -411,12 +411,7 @@ type wsMessage struct {
 
 func dial(t *testing.T, h *harness, query string) *websocket.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+base+"/ws"+query, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.CloseNow() })
-	return conn
+	return dialWith(t, h, query, nil)
 }
 
 func read(t *testing.T, conn *websocket.Conn) wsMessage {

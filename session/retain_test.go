@@ -2,15 +2,11 @@ package session_test
 
 import (
 	"context"
-	"log/slog"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/anteroomhq/anteroom/session"
 	"github.com/anteroomhq/anteroom/session/sessiontest"
-	"github.com/anteroomhq/anteroom/session/sqlite"
 )
 
 // The ids callers pass are often pieces of a request (a token in the query
@@ -20,15 +16,8 @@ import (
 // copy: else a client padding its request would pin that much memory per
 // socket, for as long as the socket is open.
 func TestTheWaitlistKeepsNoCallersMemoryOfAnID(t *testing.T) {
-	sq, err := sqlite.Open(filepath.Join(t.TempDir(), "r.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sq.Close() })
-	clock := sessiontest.NewClock(sessiontest.Epoch)
-	cfg := sessiontest.GateConfig("default", 1)
 	ctx := context.Background()
-	w, err := session.New(ctx, sq, []session.GateConfig{cfg}, session.Options{Clock: clock, TouchInterval: -1, SweepInterval: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = w.Close() })
+	w := retainWaitlist(t, sessiontest.NewClock(sessiontest.Epoch), sessiontest.GateConfig("default", 1))
 	for _, id := range []string{"front", "waiter1", "waiter2"} {
 		_, err := w.Join(ctx, "default", id)
 		require.NoError(t, err)
