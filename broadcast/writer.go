@@ -160,7 +160,10 @@ func (h *Hub) writeMailbox(s *subscriber) {
 		return // the drain will call service; a failed socket is ending
 	}
 	if v := s.sess.Swap(nil); v != nil {
-		if h.writeLocked(s, textFrame(encodeSession(v)), true) != wrote {
+		sc := sessionScratches.Get().(*sessionScratch)
+		r := h.writeLocked(s, sc.frameOf(v), true)
+		putSessionScratch(sc)
+		if r != wrote {
 			return // the global waits in the mailbox until the session message is out
 		}
 	}
