@@ -3,6 +3,7 @@ package gate
 import (
 	"bytes"
 	"encoding/csv"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -172,8 +173,19 @@ func (s *Server) adminHistory(c echo.Context) error {
 	for i, r := range page.Records {
 		out.Records[i] = adminHistoryRecord(r)
 	}
+	// A page is up to session.MaxHistoryLimit records (about 200 KB of
+	// JSON): it is written in pieces, each of which the client must take
+	// within WriteTimeout (writeInTime), not the whole page within it.
 	if !csvOut {
-		return writeJSON(c, http.StatusOK, out)
+		var body bytes.Buffer
+		enc := json.NewEncoder(&body) // the bytes c.JSON writes
+		if pretty(c) {
+			enc.SetIndent("", "  ")
+		}
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+		return s.writeLarge(c, echo.MIMEApplicationJSON, body.Bytes())
 	}
 	body, err := historyCSV(out)
 	if err != nil {
@@ -185,7 +197,18 @@ func (s *Server) adminHistory(c echo.Context) error {
 	if out.Next != "" {
 		h.Set(HistoryCursorHeader, out.Next)
 	}
-	return c.Blob(http.StatusOK, "text/csv; charset=utf-8", body)
+	return s.writeLarge(c, "text/csv; charset=utf-8", body)
+}
+
+// writeLarge answers 200 with body of contentType, in pieces the client
+// must each take within WriteTimeout. It returns the response writer's
+// error.
+func (s *Server) writeLarge(c echo.Context, contentType string, body []byte) error {
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, contentType)
+	h.Set(echo.HeaderContentLength, strconv.Itoa(len(body)))
+	c.Response().WriteHeader(http.StatusOK)
+	return writeInTime(c.Response(), body, s.opts.WriteTimeout)
 }
 
 // historyCSV renders the records with a header line. encoding/csv quotes

@@ -15,9 +15,9 @@ import (
 // not evictable by max_conns_per_ip (the connection is busy). So:
 //
 //   - an answer of the sidecar's own must be taken within WriteTimeout of
-//     its request's start (ServeHTTP); the one that may be large, the
-//     full events answer, within WriteTimeout of each piece of it
-//     (writeInTime);
+//     its request's start (ServeHTTP); the ones that may be large, the
+//     full events answer and the admin history's pages, within
+//     WriteTimeout of each piece of them (writeInTime);
 //   - a proxied answer may take as long as it keeps being taken: each of
 //     its writes within WriteTimeout (takenWriter), so that a stream that
 //     pauses (server-sent events, a long poll) is not cut;

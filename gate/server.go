@@ -87,7 +87,8 @@ type Options struct {
 	MaxBodyBytes int64
 	// WriteTimeout bounds how long a client may take to take an answer
 	// (answer_deadline.go): the sidecar's own within it of the request's
-	// start (the full events answer within it of each 16 KB piece), a
+	// start (the full events answer and the admin history's pages within
+	// it of each 16 KB piece), a
 	// proxied one within it of each write. A client that stops reading is
 	// cut off. Sockets are not bounded by it. Default 30 s; negative: no
 	// bound.

@@ -1,11 +1,13 @@
 package gate_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -178,23 +180,43 @@ func TestASlowButSteadyReaderIsServed(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		srv := serveWAN(t, sc.Handler)
 		c := srv.slowReader(t, "GET "+base+"/api/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-		var got []byte
-		buf := make([]byte, 4<<10)
-		began := time.Now()
-		for {
-			n, err := c.Read(buf)
-			got = append(got, buf[:n]...)
-			if err != nil {
-				require.ErrorIs(t, err, io.EOF)
-				break
-			}
-			time.Sleep(25 * time.Millisecond) // about 160 KB/s: a piece in a tenth of the timeout
-		}
-		took := time.Since(began)
+		got, took := readSlowly(t, c, 25*time.Millisecond) // about 160 KB/s: a piece in a tenth of the timeout
 		_, body, ok := strings.Cut(string(got), "\r\n\r\n")
 		require.True(t, ok)
 		require.Greater(t, took, 2*timeout, "the test reads too fast to show anything")
 		assert.Equal(t, string(want), body, "read over %v", took)
+	})
+
+	t.Run("a page of the admin history", func(t *testing.T) {
+		sc := gatetest.StartSidecar(t, gatetest.Options{Gates: []session.GateConfig{gatetest.Gate("default", 1)}, Gate: func(o *gate.Options) {
+			withTimeout(o)
+			o.AdminToken = adminToken
+		}})
+		for i := range session.MaxHistoryLimit {
+			// Long ids make a page of about 150 KB in JSON and in CSV.
+			_, err := sc.Waitlist.Join(t.Context(), "default", fmt.Sprintf("waiter-%04d-%s", i, strings.Repeat("x", 100)))
+			require.NoError(t, err)
+		}
+		for _, q := range []string{"", "&format=csv"} {
+			path := base + "/admin/api/gates/default/history?limit=" + strconv.Itoa(session.MaxHistoryLimit) + q
+			req, err := http.NewRequest(http.MethodGet, sc.URL+path, nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			want, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", want)
+			srv := serveWAN(t, sc.Handler)
+			c := srv.slowReader(t, "GET "+path+" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+adminToken+"\r\nConnection: close\r\n\r\n")
+			got, took := readSlowly(t, c, 25*time.Millisecond) // about 80 KB/s through the small receive buffer: a piece in a fifth of the timeout
+			_, body, ok := strings.Cut(string(got), "\r\n\r\n")
+			require.True(t, ok)
+			require.Equal(t, len(want), len(body), "the answer was cut off after %v", took)
+			assert.Equal(t, string(want), body, "read over %v", took)
+			require.Greater(t, took, timeout+timeout/2, "the test reads too fast to show anything (%d bytes)", len(want))
+		}
 	})
 
 	t.Run("the app's answer with pauses", func(t *testing.T) {
@@ -218,6 +240,25 @@ func TestASlowButSteadyReaderIsServed(t *testing.T) {
 		assert.Equal(t, http.StatusOK, code)
 		assert.Equal(t, "first\nsecond\n", string(body))
 	})
+}
+
+// readSlowly reads c to its end, 4 KB at a time with a pause after each,
+// and returns what it read and how long that took.
+func readSlowly(t *testing.T, c net.Conn, pause time.Duration) ([]byte, time.Duration) {
+	t.Helper()
+	var got []byte
+	buf := make([]byte, 4<<10)
+	began := time.Now()
+	for {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			return got, time.Since(began)
+		}
+		time.Sleep(pause)
+	}
 }
 
 // Sockets are not answers: one opened on a sidecar with a short
