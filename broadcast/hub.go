@@ -428,8 +428,12 @@ func sanitize(v *session.GlobalView) {
 	}
 }
 
-// encodeGlobal and sessionScratch.encode cannot fail: the views hold only strings,
-// integers and a sanitized float.
+// encodeGlobal cannot fail: a global view holds only strings, integers
+// and a sanitized float. sessionScratch.encode fails only on a session
+// view encoding/json refuses, a NaN or infinite ClaimWindow or a
+// ClaimDeadline past year 9999, which the Waitlist never makes (a
+// duration's seconds, the clock's times); its message is then empty, as
+// json.Marshal's was.
 func encodeGlobal(v session.GlobalView) []byte {
 	sanitize(&v)
 	b, _ := json.Marshal(wire.GlobalMessage{Type: wire.MessageGlobal, GlobalView: v})
@@ -468,7 +472,7 @@ func (sc *sessionScratch) encode(v *session.SessionView) []byte {
 	c := *v
 	sanitize(&c.GlobalView)
 	sc.json.Reset()
-	_ = sc.enc.Encode(wire.SessionMessage{Type: wire.MessageSession, SessionView: c}) // cannot fail (encodeGlobal)
+	_ = sc.enc.Encode(wire.SessionMessage{Type: wire.MessageSession, SessionView: c}) // see encodeGlobal
 	return bytes.TrimSuffix(sc.json.Bytes(), []byte("\n"))                            // Encode ends what it writes with a newline
 }
 
