@@ -161,3 +161,48 @@ func TestUpstreamTimeoutIsWired(t *testing.T) {
 	assert.Equal(t, http.StatusGatewayTimeout, resp.StatusCode)
 	assert.True(t, strings.Contains(string(body), `"upstream_timeout"`), string(body))
 }
+
+// A keep-alive connection's next request may come long after its last
+// answer. net/http answers a malformed one itself (400) before any
+// handler runs, so no new write deadline is set for it: the deadline the
+// gate set for the previous answer must not cut it (net/http clears a
+// connection's write deadline once an answer is finished; this holds the
+// sidecar to it). With and without the per-IP cap, whose connections are
+// wrapped.
+func TestAnIdleConnectionKeepsNoWriteDeadline(t *testing.T) {
+	const writeTimeout = 200 * time.Millisecond
+	saved := defaultTimeouts
+	defaultTimeouts.write = writeTimeout
+	t.Cleanup(func() { defaultTimeouts = saved })
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"with the per-IP cap", nil},
+		{"without it", []string{"ANTEROOM_MAX_CONNS_PER_IP=0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := start(t, append([]string{"ANTEROOM_DATABASE=" + filepath.Join(t.TempDir(), "a.db")}, tc.env...))
+			conn, err := net.Dial("tcp", r.addr)
+			require.NoError(t, err)
+			defer conn.Close()
+			require.NoError(t, conn.SetReadDeadline(time.Now().Add(15*time.Second)))
+			br := bufio.NewReader(conn)
+			_, err = io.WriteString(conn, "GET /anteroom/api/global HTTP/1.1\r\nHost: x\r\n\r\n") // an answer of the gate's
+			require.NoError(t, err)
+			resp, err := http.ReadResponse(br, nil)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+
+			time.Sleep(3 * writeTimeout) // network deadlines run on the real clock
+			_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nNot a header line\r\n\r\n")
+			require.NoError(t, err)
+			resp, err = http.ReadResponse(br, nil)
+			require.NoError(t, err, "net/http's answer to the malformed request was lost")
+			_ = resp.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		})
+	}
+}
