@@ -8,10 +8,6 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/anteroomhq/anteroom/broadcast/wsframe"
-	"github.com/anteroomhq/anteroom/gate/wire"
 	"github.com/anteroomhq/anteroom/session"
 )
 
@@ -162,39 +158,4 @@ func sameView(a, b session.SessionView) bool {
 		a.Position == b.Position && a.Place == b.Place && (a.ClaimDeadline == nil) == (b.ClaimDeadline == nil) &&
 		(a.ClaimDeadline == nil || a.ClaimDeadline.Equal(*b.ClaimDeadline)) &&
 		(ra == rb || math.IsNaN(ra) && math.IsNaN(rb))
-}
-
-// A session message is encoded and framed in a scratch reused from socket
-// to socket: each must be the bytes json.Marshal and a fresh frame give,
-// whatever the scratch held before (a longer message, a shorter one), and
-// a warm scratch allocates nothing but the message's one boxing for the
-// encoder, where json.Marshal's result and the frame were two more
-// allocations of the whole message.
-func TestSessionScratchGivesMarshalsBytes(t *testing.T) {
-	buckets := make([]int64, 0, 2*160) // [offset, count] pairs
-	for i := range int64(160) {
-		buckets = append(buckets, i*1000, 1000)
-	}
-	long := session.SessionView{
-		GlobalView: session.GlobalView{Gate: "default", FirstWaitingPosition: 1, LastWaitingPosition: 160000, Waiting: 160000,
-			Active: 100, Limit: 100, AdmittedPerMinute: 12.5, Buckets: buckets},
-		Session: "XkR2pN8QeW0aB7cD9fGh1i", Status: session.StatusWaiting, Position: 90210,
-	}
-	short := session.SessionView{GlobalView: session.GlobalView{Gate: "g", AdmittedPerMinute: math.NaN()}, Session: "s<&>", Status: session.StatusActive, Position: 1}
-	mid := long
-	mid.Buckets = buckets[:6]
-	sc := newSessionScratch()
-	for i, v := range []session.SessionView{long, short, mid, long, short} {
-		c := v
-		sanitize(&c.GlobalView)
-		payload, err := json.Marshal(wire.SessionMessage{Type: wire.MessageSession, SessionView: c})
-		require.NoError(t, err)
-		require.Equal(t, string(wsframe.Text(payload)), string(sc.frameOf(&v)), "message %d", i)
-	}
-	require.Greater(t, len(sc.frameOf(&long)), 2000, "the long view is a message of several KB")
-	if raceEnabled {
-		return // the race detector allocates on its own
-	}
-	allocs := testing.AllocsPerRun(100, func() { sc.frameOf(&long) })
-	require.LessOrEqual(t, allocs, 1.0, "a warm scratch allocates only the boxing")
 }
