@@ -1,6 +1,7 @@
 package sessiontest
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -107,13 +108,16 @@ func benchGet(b *testing.B, open Opener) {
 	const n = 1000
 	fill(b, h.store, cfg, "g", n, h.clock.Now())
 	var i atomic.Int64
+	// A request's context, which can be cancelled (h.ctx cannot).
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
 	b.SetParallelism(benchParallelism)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			id := "g" + strconv.FormatInt(i.Add(1)%n, 10)
-			if _, err := h.store.Get(h.ctx, gateName, id); err != nil {
+			if _, err := h.store.Get(ctx, gateName, id); err != nil {
 				b.Error(err)
 				return
 			}

@@ -579,6 +579,10 @@ func testCanceledContext(t *testing.T, open Opener) {
 	assert.Equal(t, session.Counters{NextPosition: 1}, h.state(gateName).Counters)
 	// The store is fine afterwards.
 	h.join(cfg, "a")
+	// A read under a done context fails with its error, even of a session
+	// that exists.
+	_, err = h.store.Get(ctx, gateName, "a")
+	require.ErrorIs(t, err, context.Canceled)
 }
 
 func testClosed(t *testing.T, open Opener) {
