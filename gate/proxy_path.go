@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"path"
 	"strings"
+
+	"github.com/anteroomhq/anteroom/gate/wire"
 )
 
 // canonicalPath returns the one form of u's path that reverse-proxy mode both
@@ -70,16 +72,12 @@ func ambiguousEscape(s string) int {
 // hasEscape reports whether s holds a percent-escape ('%' and two hex
 // digits), which a server that decodes twice would decode.
 func hasEscape(s string) bool {
-	for i := 0; i+2 < len(s); i++ {
-		if s[i] == '%' && isHex(s[i+1]) && isHex(s[i+2]) {
+	for i := range len(s) {
+		if wire.EscapeAt(s, i) {
 			return true
 		}
 	}
 	return false
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // hasPathPrefix reports whether p lies under prefix. With fold, letters
@@ -97,11 +95,6 @@ func hasPathPrefix(p, prefix string, fold bool) bool {
 	return strings.HasSuffix(prefix, "/") && len(prefix) > 1 && eq(p, prefix[:len(prefix)-1])
 }
 
-// maxForwardedParams is net/url's default bound on a query's parameters
-// (GODEBUG urlmaxqueryparams), past which httputil.ReverseProxy forwards
-// no query at all.
-const maxForwardedParams = 10000
-
 // forwardQuery returns the query proxy mode sends the app for raw: raw
 // itself when httputil.ReverseProxy passes it on unchanged (no ';', every
 // '%' the start of an escape), else raw without the parameters
@@ -118,7 +111,7 @@ func forwardQuery(raw string) string {
 	if !reencoded(raw) {
 		return raw
 	}
-	if strings.Count(raw, "&") >= maxForwardedParams {
+	if strings.Count(raw, "&") >= wire.MaxQueryParams {
 		return ""
 	}
 	// One pass: a parameter is kept, when it ends, unless it was empty or
@@ -142,10 +135,10 @@ func forwardQuery(raw string) string {
 		case ';':
 			keep = false
 		case '%':
-			if i+2 >= len(raw) || !isHex(raw[i+1]) || !isHex(raw[i+2]) {
-				keep = false
-			} else {
+			if wire.EscapeAt(raw, i) {
 				i += 2
+			} else {
+				keep = false
 			}
 		}
 	}
@@ -160,7 +153,7 @@ func reencoded(s string) bool {
 		return true
 	}
 	for i := strings.IndexByte(s, '%'); i >= 0; {
-		if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+		if !wire.EscapeAt(s, i) {
 			return true
 		}
 		j := strings.IndexByte(s[i+3:], '%')
@@ -169,5 +162,5 @@ func reencoded(s string) bool {
 		}
 		i += 3 + j
 	}
-	return strings.Count(s, "&") >= maxForwardedParams
+	return strings.Count(s, "&") >= wire.MaxQueryParams
 }

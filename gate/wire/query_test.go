@@ -68,3 +68,30 @@ func TestQueryDoesNotAllocate(t *testing.T) {
 		}
 	}))
 }
+
+// EscapeAt is the one percent-escape check of the query reader and of
+// proxy mode's query and path checks: as url.QueryUnescape takes an escape.
+func TestEscapeAt(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		i    int
+		want bool
+	}{
+		{"%41", 0, true},
+		{"a%2fb", 1, true},
+		{"%aF", 0, true},
+		{"%4", 0, false},   // cut short
+		{"%", 0, false},    // at the end
+		{"%g1", 0, false},  // no hex digit
+		{"%1g", 0, false},  // no hex digit
+		{"a41", 0, false},  // no '%'
+		{"x%41", 0, false}, // the escape is elsewhere
+		{"%41", 3, false},  // past the end
+	} {
+		assert.Equal(t, tc.want, wire.EscapeAt(tc.s, tc.i), "%q at %d", tc.s, tc.i)
+		if tc.want {
+			_, err := url.QueryUnescape(tc.s[tc.i : tc.i+3])
+			assert.NoError(t, err, "%q at %d", tc.s, tc.i)
+		}
+	}
+}

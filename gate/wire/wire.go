@@ -244,9 +244,16 @@ func eachCookie(h http.Header, name string, f func(string) bool) {
 	}
 }
 
-// maxQueryParams is net/url's default bound on a query's parameters
-// (GODEBUG urlmaxqueryparams): url.ParseQuery parses no query with more.
-const maxQueryParams = 10000
+// MaxQueryParams is net/url's default bound on a query's parameters
+// (GODEBUG urlmaxqueryparams): url.ParseQuery parses no query with more
+// (and httputil.ReverseProxy forwards none of it).
+const MaxQueryParams = 10000
+
+// EscapeAt reports whether s holds a percent-escape at i: '%' and two hex
+// digits, what url.QueryUnescape and url.ParseQuery take as one.
+func EscapeAt(s string, i int) bool {
+	return i+2 < len(s) && s[i] == '%' && isHex(s[i+1]) && isHex(s[i+2])
+}
 
 // Query returns the first value of the query parameter name in the raw
 // query, and whether there is one: what url.ParseQuery(raw) and then
@@ -258,7 +265,7 @@ const maxQueryParams = 10000
 // on every request that read one of them; this costs a scan of the query
 // and does not allocate unless the value is escaped.
 func Query(raw, name string) (string, bool) {
-	if raw == "" || name == "" || strings.Count(raw, "&") >= maxQueryParams {
+	if raw == "" || name == "" || strings.Count(raw, "&") >= MaxQueryParams {
 		return "", false
 	}
 	for raw != "" {
@@ -292,7 +299,7 @@ func queryKeyIs(k, name string) bool {
 		c := k[i]
 		switch c {
 		case '%':
-			if i+2 >= len(k) || !isHex(k[i+1]) || !isHex(k[i+2]) {
+			if !EscapeAt(k, i) {
 				return false // QueryUnescape fails: ParseQuery skips the parameter
 			}
 			c = unhex(k[i+1])<<4 | unhex(k[i+2])
